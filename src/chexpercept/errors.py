@@ -1,0 +1,30 @@
+"""Core: the error hierarchy (re-exported from ``utils.errors`` plus CXR-specific classes)."""
+
+from __future__ import annotations
+
+from utils.errors import (
+    ChexperceptError,
+    ConfigError,
+    MissingDependencyError,
+    ProviderError,
+)
+
+__all__ = [
+    "ChexperceptError",
+    "ConfigError",
+    "InputError",
+    "MissingDependencyError",
+    "ProviderError",
+    "SchemaError",
+]
+
+
+class SchemaError(ChexperceptError):
+    """An on-disk artifact (JSON, CSV, PNG) does not match its schema.
+
+    The message names the file and the key_id / row / field at fault.
+    """
+
+
+class InputError(ChexperceptError):
+    """A required input (file, image, mask, CSV row) is missing or unusable."""

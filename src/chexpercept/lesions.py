@@ -1,0 +1,80 @@
+"""Core: the seven lesions, key_id grammar, and lesion-specific question wording flags.
+
+Reference: original_release_spec.md section 0 (lesion order, identifiers).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from chexpercept.errors import InputError
+
+#: The seven lesions in the order the release uses everywhere (spec section 0).
+LESIONS: tuple[str, ...] = (
+    "cardiomegaly",
+    "consolidation",
+    "edema",
+    "atelectasis",
+    "pneumonia",
+    "opacity",
+    "effusion",
+)
+
+#: Lesions asked about directly in detection ("is any <lesion> visible"); the other five are
+#: asked about as "a finding suggestive of <lesion>" (spec section 4.2, Stage 1).
+DIRECT_DETECTION_LESIONS: frozenset[str] = frozenset({"opacity", "consolidation"})
+
+#: Lesions with no Stage 4 (attribute extraction); spec section 4.2.
+NO_ATTRIBUTE_LESIONS: frozenset[str] = frozenset({"cardiomegaly"})
+
+QA_PATHS: tuple[str, ...] = ("revision_required", "revision_free", "lesion_free")
+
+
+def validate_lesion(name: str, *, where: str = "") -> str:
+    """Return ``name`` if it is one of :data:`LESIONS`.
+
+    Args:
+        name: A lesion name (case-sensitive, lower case).
+        where: Where it was read (file, key_id or config key), for the message.
+
+    Raises:
+        InputError: Naming ``where``, the bad value, the valid names and a close match.
+    """
+    if name in LESIONS:
+        return name
+    hint = difflib.get_close_matches(str(name), LESIONS, n=1)
+    near = f" (did you mean '{hint[0]}'?)" if hint else ""
+    loc = f"{where}: " if where else ""
+    raise InputError(
+        f"{loc}unknown lesion '{name}'{near}; expected one of {', '.join(LESIONS)}"
+    )
+
+
+def make_key_id(lesion: str, pair_id: str) -> str:
+    """Build ``key_id = <lesion>_<pair_id>`` (e.g. ``cardiomegaly_s50000001_positive_0``)."""
+    return f"{validate_lesion(lesion)}_{pair_id}"
+
+
+def lesion_from_key_id(key_id: str) -> str:
+    """Lesion of a key_id (the text before the first underscore).
+
+    Raises:
+        InputError: If the prefix is not a lesion.
+    """
+    return validate_lesion(key_id.split("_", 1)[0], where=f"key_id '{key_id}'")
+
+
+def pair_id_from_key_id(key_id: str) -> str:
+    """MIMIC-ILS pair id of a key_id (everything after the first underscore).
+
+    Raises:
+        InputError: If the key_id has no underscore.
+    """
+    if "_" not in key_id:
+        raise InputError(f"malformed key_id '{key_id}': expected <lesion>_<pair_id>")
+    return key_id.split("_", 1)[1]
+
+
+def has_attribute_stage(lesion: str) -> bool:
+    """Whether cases of ``lesion`` get Stage 4 (False for cardiomegaly)."""
+    return validate_lesion(lesion) not in NO_ATTRIBUTE_LESIONS

@@ -1,0 +1,596 @@
+"""Core: schemas of every artifact that crosses a stage boundary, and of the config file.
+
+Stages meet only through these on-disk artifacts:
+
+- 00 -> 01/02: labeling sheets (CSV columns below) and candidate masks;
+- 01 -> 02: ``deformation_results.json`` (:class:`DeformationCase`) + ``deformed_masks/``;
+- 02 -> 03: ``chexpercept.json`` (:class:`BenchmarkItem`) + the image bundle;
+- 03 -> 04: ``all_results.json`` (:class:`CaseResult`).
+
+Field names follow the original release exactly (original_release_spec.md sections 2-6).
+Models that read released files allow extra fields (the release has optional extras such as
+``revision_sequential_qa``); the config model forbids unknown keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.lesions import LESIONS
+
+# ======================================================================================
+# Config (cfg/*.yaml); original_release_spec.md section 7.5 plus our keys
+# ======================================================================================
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PathConfig(_Strict):
+    """``path.*``: inputs and anatomy mask folders."""
+
+    mimic_cxr_jpg_path: str | None = None
+    """Root of a MIMIC-CXR-JPG tree (``files/pNN/p<subject>/s<study>/<dicom_id>.jpg``).
+    Stage 00 prepares it into ``mimic_cxr_path``; None if ``mimic_cxr_path`` is already filled."""
+    mimic_cxr_path: str
+    """Flat folder of ``<dicom_id>.png`` CXRs in the 1024x1024 working frame (release layout)."""
+    mimic_meta_path: str | None = None
+    """MIMIC-CXR-JPG ``metadata.csv`` (dicom_id, subject_id, study_id, ViewPosition, ...)."""
+    mimic_split_meta_path: str | None = None
+    """MIMIC-CXR-JPG ``split.csv`` (dicom_id, study_id, subject_id, split)."""
+    mimic_report_path: str | None = None
+    """Root of report text files ``<pNN>/<p subject>/<s study>.txt``."""
+    mimic_ils_path: str
+    """MIMIC-ILS ``mimic_ils_instruction_answer.json``."""
+    mimic_ils_seg_mask_path: str | None = None
+    """MIMIC-ILS ``lesion_mask/`` folder (used by the ``provided`` segmenter)."""
+    chexmask_path: str | None = None
+    """CheXmask-U masks ``<dicom>/{right_lung,left_lung,heart}.png``; default: Stage 01 output."""
+    cxas_mask_path: str | None = None
+    """CXAS masks ``<dicom>/<class name>.png``; default: Stage 01 output."""
+    work_dir: str | None = None
+    """Root of stage outputs (``<work_dir>/NN_<stage>/``); None keeps the release's
+    ``src/NN_<stage>/outputs``."""
+
+
+class HuggingFaceConfig(_Strict):
+    """``huggingface.*``: cache locations exported as HF_HOME / HF_HUB_CACHE when set."""
+
+    hf_home: str | None = None
+    hf_hub_cache: str | None = None
+
+
+class CurationConfig(_Strict):
+    """``source_data_curation.*`` (Stage 00)."""
+
+    max_samples_per_lesion: int = Field(3000, ge=1)
+    """Positives kept per lesion, global pairs first then basic (release ``--max-samples``)."""
+    samples_per_lesion_negative: int = Field(100, ge=0)
+    """Negatives sampled per lesion (release ``--samples-per-lesion``; paper: 100)."""
+    segmenter: Literal["provided", "rosalia"] = "provided"
+    """Candidate-mask source: ``provided`` = the MIMIC-ILS lesion mask; ``rosalia`` = ROSALIA."""
+    num_annotators: int = Field(6, ge=1)
+    """Annotators the sheets are split over (paper: 6 experts)."""
+    positive_views: list[str] = ["PA", "AP"]
+    """ViewPosition values accepted when ``mimic_meta_path`` is given (frontal views)."""
+
+
+class OptimalMaskGenerationConfig(_Strict):
+    """``optimal_mask_generation.*``: accepted for compatibility; unused (as in the release)."""
+
+    output_path: str | None = None
+
+
+class AnatomyConfig(_Strict):
+    """``anatomy.*`` (Stage 01.00)."""
+
+    backend: Literal["provided", "models"] = "provided"
+    """``provided``: read CheXmask-U/CXAS-layout masks from ``path.chexmask_path`` /
+    ``path.cxas_mask_path``; ``models``: run CheXmask-U and CXAS (GPU recommended)."""
+
+
+class MaskDeformationConfig(_Strict):
+    """``mask_deformation.*`` (Stage 01.01). Defaults are the release's (spec section 3.2)."""
+
+    backend: Literal["morphological", "sam3", "sam2"] = "morphological"
+    zone_mask_source: str = "chex_vertical_thirds"
+    save_visualization: bool = False
+    min_component_size_px: int = Field(1000, ge=1)
+    max_deformation_retries: int = Field(10, ge=1)
+    min_point_distance_px: int = Field(50, ge=0)
+    kernel_size_px: int = Field(32, ge=1)
+    max_regions_per_case: int = Field(3, ge=1)
+
+
+class BenchmarkSamplingConfig(_Strict):
+    """``qa_generation.sampling.*``: cases per lesion and path in the exported benchmark."""
+
+    lesion_free: int = Field(100, ge=0)
+    revision_free: int = Field(100, ge=0)
+    revision_required: int = Field(100, ge=0)
+
+
+class QAGenerationConfig(_Strict):
+    """``qa_generation.*`` (Stage 02)."""
+
+    no_deformation_ratio: dict[str, float] = {"default": 0.5}
+    """Fraction of each lesion's positives presented revision-free (keys: lesion or default)."""
+    sampling: BenchmarkSamplingConfig = BenchmarkSamplingConfig()
+    qa_results_path: str | None = None
+    chexpercept_path: str | None = None
+
+    @field_validator("no_deformation_ratio")
+    @classmethod
+    def _check_ratio(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [k for k in value if k != "default" and k not in LESIONS]
+        if bad:
+            raise ValueError(f"unknown lesion key(s) {bad}; expected 'default' or one of {LESIONS}")
+        out_of_range = {k: v for k, v in value.items() if not 0.0 <= v <= 1.0}
+        if out_of_range:
+            raise ValueError(f"ratios must be in [0, 1], found {out_of_range}")
+        return value
+
+
+class EvalConfig(_Strict):
+    """``eval_vlm_on_chexpercept.*`` (Stage 03)."""
+
+    output_path: str | None = None
+
+
+class ChexperceptConfig(_Strict):
+    """The whole ``cfg/config*.yaml`` file."""
+
+    seed: int = Field(0, ge=0)
+    """The one seed every random choice derives from (chexpercept.rng.rng_for)."""
+    path: PathConfig
+    huggingface: HuggingFaceConfig = HuggingFaceConfig()
+    source_data_curation: CurationConfig = CurationConfig()
+    optimal_mask_generation: OptimalMaskGenerationConfig = OptimalMaskGenerationConfig()
+    anatomy: AnatomyConfig = AnatomyConfig()
+    mask_deformation: MaskDeformationConfig = MaskDeformationConfig()
+    qa_generation: QAGenerationConfig = QAGenerationConfig()
+    eval_vlm_on_chexpercept: EvalConfig = EvalConfig()
+
+
+def load_chexpercept_config(path: str | Path) -> ChexperceptConfig:
+    """Load a CheXpercept config; ``${ROOT}`` expands to the repository root.
+
+    Raises:
+        ConfigError: Naming the file and every bad key.
+    """
+    from chexpercept.io import repo_root
+    from utils.config import load_config
+
+    return load_config(path, ChexperceptConfig, variables={"ROOT": str(repo_root())})
+
+
+# ======================================================================================
+# Stage 00 labeling sheets (spec sections 2.3-2.7)
+# ======================================================================================
+
+OPTIMAL_COLUMN = "optimal?"
+POSITIVE_PART_SHEET_COLUMNS = ("key_id", "dicom_id", "target", "pair_id", "mapped_location",
+                               "segmentation_source", "optimal?", "plot_path")
+POSITIVE_SHEET_COLUMNS = ("key_id", "dicom_id", "target", "pair_id", "mapped_location",
+                          "segmentation_source", "plot_path", "optimal?")
+NEGATIVE_SHEET_COLUMNS = ("lesion", "key_id", "dicom_id", "optimal?")
+QA_LABELING_COLUMNS = ("plot_name", "qa_type", "key_id", "lesion_name", "pair_id", "dicom_id")
+
+_ACCEPT = {"y", "yes", "1", "true"}
+_REJECT = {"n", "no", "0", "false"}
+
+
+def parse_optimal(value: Any) -> bool | None:
+    """Read one ``optimal?`` cell strictly (fixes release defect 3).
+
+    Returns:
+        True for y/yes/1/true, False for n/no/0/false (case-insensitive, stripped), None for a
+        blank cell (not yet reviewed).
+
+    Raises:
+        ValueError: For anything else.
+    """
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("", "nan"):
+        return None
+    if text in _ACCEPT:
+        return True
+    if text in _REJECT:
+        return False
+    raise ValueError(f"invalid optimal? value {value!r}")
+
+
+def accepted_key_ids(rows: Sequence[Mapping[str, str]], path: str | Path) -> list[str]:
+    """key_ids whose ``optimal?`` (or legacy ``optimal``) cell accepts the case, in sheet order.
+
+    Blank cells (not reviewed) and rejections are left out. Every invalid cell is collected and
+    reported at once.
+
+    Raises:
+        SchemaError: Listing each bad row (1-based data row number, key_id, value).
+    """
+    if not rows:
+        return []
+    column = "optimal" if "optimal" in rows[0] else OPTIMAL_COLUMN
+    if column not in rows[0] or "key_id" not in rows[0]:
+        raise SchemaError(f"{path}: needs columns 'key_id' and '{OPTIMAL_COLUMN}'")
+    accepted, bad = [], []
+    for i, row in enumerate(rows, start=1):
+        try:
+            verdict = parse_optimal(row.get(column))
+        except ValueError:
+            bad.append(f"row {i} (key_id {row.get('key_id')}): {row.get(column)!r}")
+            continue
+        if verdict:
+            accepted.append(row["key_id"])
+    if bad:
+        raise SchemaError(
+            f"{path}: invalid '{column}' values (use y/yes/1/true to accept, n/no/0/false to "
+            f"reject, blank for not reviewed): " + "; ".join(bad)
+        )
+    return accepted
+
+
+# ======================================================================================
+# Stage 01 -> 02: deformation_results.json (spec sections 3.2-3.4)
+# ======================================================================================
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+Point = list[int]
+"""(x, y) pixel coordinates in the 1024x1024 frame."""
+
+
+class LungOverlap(_Open):
+    """Overlap of one lesion component with one lung (``has_overlap`` iff ratio >= 0.01)."""
+
+    has_overlap: bool
+    overlap_ratio: float
+    size: int
+
+
+class RegionOverlap(_Open):
+    """Overlap with a zone or lung region (``has_overlap`` iff ratio >= 0.2, best promoted)."""
+
+    has_overlap: bool
+    overlap_ratio: float
+
+
+class ComponentOverlap(_Open):
+    """``overlap`` block of one optimal component."""
+
+    left_lung: LungOverlap = Field(alias="left lung")
+    right_lung: LungOverlap = Field(alias="right lung")
+    zones: dict[str, RegionOverlap]
+    lung_regions: dict[str, RegionOverlap] | None = None
+
+
+class GeometricalMaskInfo(_Open):
+    """One entry of ``geometrical_mask_infos``: geometry of optimal component ``mask_component_id``."""
+
+    mask_component_id: str
+    overlap: ComponentOverlap
+
+
+class FakeMaskRef(_Open):
+    """``{org_mask, fake_mask}`` stems of a distractor mask."""
+
+    org_mask: str
+    fake_mask: str
+
+
+class StepEntry(_Open):
+    """One verified deformation step (element of ``qa_deformation_results[op][sid]``).
+
+    ``revision`` is the opposite of the step's deformation; ``revision_flow`` links the step's
+    mask (``before revision``) to the mask it was made from (``after revision``).
+    """
+
+    suboptimal_component_id: str
+    exp_idx: int | None = None
+    cont_idx: int | None = None
+    anatomy: str
+    points: list[Point]
+    mask_path: str
+    center_point: Point
+    fake_masks: list[FakeMaskRef] = []
+    fake_points_expansion: list[Point] = []
+    fake_points_contraction: list[Point] = []
+    revision: Literal["expansion", "contraction"]
+    revision_flow: dict[str, str]
+
+
+class NoDeformationEntry(_Open):
+    """A component left as is: ``mask_path`` = ``<sid>_no_contraction`` (holds the optimal mask)."""
+
+    suboptimal_component_id: str
+    mask_path: str
+
+
+class QADeformationResults(_Open):
+    """``qa_deformation_results``: steps per operation and component."""
+
+    expansion: dict[str, list[StepEntry]] = {}
+    contraction: dict[str, list[StepEntry]] = {}
+    no_deformation: dict[str, list[NoDeformationEntry]] = {}
+
+
+class DeformationCase(_Open):
+    """One value of ``deformation_results.json`` (keyed by key_id)."""
+
+    org_deformation_results: dict[str, Any]
+    qa_deformation_results: QADeformationResults | None
+    geometrical_mask_infos: list[GeometricalMaskInfo]
+    qa_deformation_success: bool
+    dicom_id: str | None = None
+    """Our addition (not in the release): saves Stage 02 a sheet lookup."""
+
+
+# ======================================================================================
+# Stage 02 -> 03: chexpercept.json (spec section 4.6)
+# ======================================================================================
+
+
+class MCQuestion(_Open):
+    """A single-answer multiple-choice question; ``answer_index`` is 1-based."""
+
+    question: str
+    answer_options: list[str]
+    answer: str
+    answer_index: int
+
+
+class ContourEvalQA(MCQuestion):
+    """Stage 2; ``relative_path`` is relative to ``<key_id>/contour_qa/``."""
+
+    relative_path: str
+
+
+class PointOption(_Open):
+    """A coloured point option; the last option is ``{"point": null, "color": "None"}``."""
+
+    point: Point | None
+    color: str
+
+
+class PointQA(_Open):
+    """Stage 3 expansion/contraction: multi-select over points; ``answer_index`` is a list."""
+
+    question: str
+    answer_options: list[PointOption]
+    answer: str
+    answer_index: list[int]
+
+
+class MaskOption(_Open):
+    """A revision-result option; ``relative_path`` is relative to ``contour_qa/contour_revision_qa/``."""
+
+    type: Literal["true", "fake"]
+    masks: list[str]
+    relative_path: str
+
+
+class RevisionResultQA(_Open):
+    """Stage 3 "which revised mask is correct" (single choice)."""
+
+    question: str
+    answer_options: list[MaskOption]
+    answer: str
+    answer_index: int
+
+
+class ContourQA(_Open):
+    """``contour_qa`` of a positive case.
+
+    The three revision questions are present for revision-required cases; the release also
+    writes them for revision-free cases (not rendered, not asked), so they are optional here.
+    """
+
+    no_deformation: bool
+    initial_context: str | None = None
+    revision_before_masks: list[str] = []
+    revision_after_masks: list[str] = []
+    true_masks: dict[str, list[str]] = {}
+    fake_masks: dict[str, list[str]] = {}
+    true_combination: list[str] = []
+    fake_combinations: list[list[str]] = []
+    contour_eval_qa: ContourEvalQA
+    contour_revision_qa_expansion: PointQA | None = None
+    contour_revision_qa_contraction: PointQA | None = None
+    contour_revision_qa_revision_result: RevisionResultQA | None = None
+
+
+class DistributionQA(MCQuestion):
+    """Stage 4 distribution (number of lung zones)."""
+
+    answer_zones: list[str]
+
+
+class LocationQA(_Open):
+    """Stage 4 location: multi-select over 3 regions + "None of the above"."""
+
+    question: str
+    answer_options: list[str]
+    answer: str
+    answer_index: list[int]
+    answer_zones: list[str]
+
+
+class SeverityQA(MCQuestion):
+    """Stage 4 severity/measurement (fraction of the selected lung)."""
+
+    overlap_ratio: float
+    selected_lung: str
+
+
+class ComparisonQA(MCQuestion):
+    """Stage 4 comparison of left/right lesion sizes (pixels)."""
+
+    left_size: int
+    right_size: int
+    left_has_overlap: bool
+    right_has_overlap: bool
+
+
+class AttributeQA(_Open):
+    """``attribute_extraction_qa`` (null for cardiomegaly)."""
+
+    distribution: DistributionQA
+    location: LocationQA
+    severity_measurement: SeverityQA = Field(alias="severity/measurement")
+    comparison: ComparisonQA
+
+
+class BenchmarkItem(_Open):
+    """One value of ``chexpercept.json`` / ``qa_results.json`` (keyed by key_id)."""
+
+    detection_qa: MCQuestion
+    contour_qa: ContourQA | None = None
+    attribute_extraction_qa: AttributeQA | None = None
+    pair_id: str
+    dicom_id: str
+
+
+#: Attribute sub-questions in dialogue order (spec section 5.2, turns 6-9).
+ATTRIBUTE_KEYS = ("distribution", "location", "severity/measurement", "comparison")
+#: Multi-select questions (scored by set equality).
+MULTI_SELECT = frozenset({"contour_revision_qa_expansion", "contour_revision_qa_contraction",
+                          "location"})
+
+
+def qa_path_of(item: BenchmarkItem) -> str:
+    """Path of a case (spec section 4.5): lesion_free / revision_free / revision_required."""
+    if item.detection_qa.answer != "Yes":
+        return "lesion_free"
+    if item.contour_qa is None:
+        raise SchemaError("positive case without contour_qa")
+    return "revision_free" if item.contour_qa.no_deformation else "revision_required"
+
+
+def _validation_lines(exc: ValidationError, prefix: str) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        lines.append(f"{prefix}{loc}: {err['msg']}")
+    return lines
+
+
+def parse_benchmark(data: Any, path: str | Path) -> dict[str, BenchmarkItem]:
+    """Validate a loaded ``chexpercept.json`` mapping; every bad key_id is reported at once.
+
+    Raises:
+        SchemaError: Naming the file, each key_id and field at fault.
+    """
+    if not isinstance(data, dict):
+        raise SchemaError(f"{path}: expected a JSON object keyed by key_id")
+    items: dict[str, BenchmarkItem] = {}
+    problems: list[str] = []
+    for key_id, value in data.items():
+        try:
+            items[key_id] = BenchmarkItem.model_validate(value)
+        except ValidationError as exc:
+            problems.extend(_validation_lines(exc, f"{key_id}: "))
+    if problems:
+        raise SchemaError(f"{path}: {len(problems)} schema problem(s):\n  " + "\n  ".join(problems))
+    return items
+
+
+def load_benchmark(path: str | Path) -> dict[str, BenchmarkItem]:
+    """Read and validate ``chexpercept.json`` (released or ours).
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: On bad JSON or schema.
+    """
+    from chexpercept.io import read_json
+
+    return parse_benchmark(read_json(path), path)
+
+
+def parse_deformation_results(data: Any, path: str | Path) -> dict[str, DeformationCase]:
+    """Validate a loaded ``deformation_results.json``; every bad key_id is reported at once.
+
+    Raises:
+        SchemaError: Naming the file, each key_id and field at fault.
+    """
+    if not isinstance(data, dict):
+        raise SchemaError(f"{path}: expected a JSON object keyed by key_id")
+    out: dict[str, DeformationCase] = {}
+    problems: list[str] = []
+    for key_id, value in data.items():
+        try:
+            out[key_id] = DeformationCase.model_validate(value)
+        except ValidationError as exc:
+            problems.extend(_validation_lines(exc, f"{key_id}: "))
+    if problems:
+        raise SchemaError(f"{path}: {len(problems)} schema problem(s):\n  " + "\n  ".join(problems))
+    return out
+
+
+# ======================================================================================
+# Stage 03 -> 04: all_results.json (spec section 5.8)
+# ======================================================================================
+
+STATUSES = ("ok", "unparseable", "refused", "truncated", "error")
+"""Per-turn answer statuses; anything but ``ok`` scores as wrong."""
+
+
+class CaseResult(_Open):
+    """One value of ``all_results.json``.
+
+    Unvisited stages are ``{}``. Stage 1 stores its parsed answer under ``response`` and
+    Stage 2 under ``responses`` (release naming, spec section 8 item 12).
+    """
+
+    key_id: str
+    qa_path: Literal["revision_required", "revision_free", "lesion_free"]
+    detection_qa: dict[str, Any]
+    contour_evaluation_qa: dict[str, Any] = {}
+    contour_revision_qa: dict[str, Any] = {}
+    attribute_extraction_qa: dict[str, Any] = {}
+    chat_history: list[list[Any]] = []
+
+
+def parse_all_results(data: Any, path: str | Path) -> dict[str, CaseResult]:
+    """Validate a loaded ``all_results.json``.
+
+    Raises:
+        SchemaError: Naming the file and each key_id at fault.
+    """
+    if not isinstance(data, dict):
+        raise SchemaError(f"{path}: expected a JSON object keyed by key_id")
+    out: dict[str, CaseResult] = {}
+    problems: list[str] = []
+    for key_id, value in data.items():
+        try:
+            out[key_id] = CaseResult.model_validate(value)
+        except ValidationError as exc:
+            problems.extend(_validation_lines(exc, f"{key_id}: "))
+    if problems:
+        raise SchemaError(f"{path}: {len(problems)} schema problem(s):\n  " + "\n  ".join(problems))
+    return out
+
+
+#: Stage 04 CSV columns (spec section 6).
+SUMMARY_COLUMNS = ("path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)",
+                   "acc(stage4)", "depth")
+REVISION_DETAIL_COLUMNS = ("path", "model", "acc(expansion)", "acc(contraction)",
+                           "acc(revision_result)")
+ATTRIBUTE_DETAIL_COLUMNS = ("path", "model", "acc(distribution)", "acc(location)",
+                            "acc(severity/measurement)", "acc(comparison)")
+
+
+def require_keys(mapping: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    """Raise one InputError listing every key of ``keys`` missing from ``mapping``."""
+    missing = [k for k in keys if k not in mapping]
+    if missing:
+        raise InputError(f"{where}: missing key(s) {missing}")

@@ -1,0 +1,161 @@
+"""Shared CLI plumbing: common flags, logging set-up, progress bars and exit codes.
+
+Exit codes (STYLE.md): 0 success, 2 usage/config/input error (one line, no traceback),
+1 unexpected failure (traceback kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from utils.errors import ChexperceptError
+
+T = TypeVar("T")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_PROGRESS_ENABLED = True
+
+
+def add_config_arg(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """Add ``--config`` (path to the YAML config)."""
+    parser.add_argument(
+        "--config",
+        default=default,
+        help=f"YAML config file (default: {default}).",
+    )
+
+
+def add_common_args(
+    parser: argparse.ArgumentParser,
+    *,
+    workers: int | None = None,
+    parts: bool = False,
+    seed: bool = False,
+) -> None:
+    """Add the generic flags every stage script shares.
+
+    Args:
+        parser: The script's parser.
+        workers: Default for ``--num-workers``/``--num_workers``; None leaves the flag out.
+        parts: Add ``--part`` and ``--total-parts`` (deterministic sharding).
+        seed: Add ``--seed`` (overrides the config's ``seed``).
+    """
+    if workers is not None:
+        parser.add_argument(
+            "--num-workers", "--num_workers", dest="num_workers", type=int, default=workers,
+            help=f"Worker processes (default: {workers}).",
+        )
+    if parts:
+        parser.add_argument("--part", type=int, default=None,
+                            help="Shard index in [0, total-parts) (default: no sharding).")
+        parser.add_argument("--total-parts", "--total_parts", dest="total_parts", type=int,
+                            default=1, help="Number of shards (default: 1).")
+    if seed:
+        parser.add_argument("--seed", type=int, default=None,
+                            help="Override the config's seed (default: the config's value).")
+    parser.add_argument(
+        "--log-level", "--log_level", dest="log_level", type=str.upper, choices=LOG_LEVELS,
+        default=os.environ.get("CHEXPERCEPT_LOG_LEVEL", "INFO").upper(),
+        help="Logging level (default: $CHEXPERCEPT_LOG_LEVEL or INFO; choices: %(choices)s).",
+    )
+    parser.add_argument("--no-progress", "--no_progress", dest="no_progress",
+                        action="store_true", help="Disable progress bars (default: off).")
+
+
+class _TqdmHandler(logging.StreamHandler):
+    """Console handler that writes through tqdm so bars are not broken by log lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+class _OnceFilter(logging.Filter):
+    """Drop exact repeats of a warning message (each is emitted once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        key = (record.name, record.getMessage())
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def setup_logging(
+    level: str = "INFO", log_dir: str | Path | None = None, *, name: str = "run",
+    progress: bool = True,
+) -> Path | None:
+    """Configure root logging once: console (through tqdm) and an optional log file.
+
+    Args:
+        level: One of ``LOG_LEVELS``.
+        log_dir: Folder for ``<name>_<YYYYmmdd_HHMMSS>.log``; None for console only.
+        name: Log file prefix (usually the script name).
+        progress: False disables every progress bar made by :func:`progress`.
+
+    Returns:
+        The log file path, or None.
+    """
+    global _PROGRESS_ENABLED
+    _PROGRESS_ENABLED = progress
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(level)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    console = _TqdmHandler()
+    console.setFormatter(fmt)
+    console.addFilter(_OnceFilter())
+    root.addHandler(console)
+    log_path = None
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        log_path = Path(log_dir) / f"{name}_{time.strftime('%Y%m%d_%H%M%S')}.log"
+        fh = logging.FileHandler(log_path, encoding="utf-8")
+        fh.setFormatter(fmt)
+        root.addHandler(fh)
+    return log_path
+
+
+def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "") -> Iterator[T]:
+    """One tqdm bar per item loop; off with ``--no-progress`` or when stderr is not a TTY."""
+    disable = (not _PROGRESS_ENABLED) or (not sys.stderr.isatty())
+    if disable:
+        yield from iterable
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(iterable, total=total, desc=desc, dynamic_ncols=True)
+
+
+def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run a script's ``main`` and map errors to exit codes.
+
+    ``ChexperceptError`` (user-fixable) prints one ``error: ...`` line and returns 2;
+    anything else propagates (traceback, exit 1).
+    """
+    try:
+        return main(argv)
+    except ChexperceptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

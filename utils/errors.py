@@ -1,0 +1,26 @@
+"""Error hierarchy shared by ``utils`` and ``chexpercept``.
+
+It lives in ``utils`` because ``utils`` may not import ``chexpercept``; ``chexpercept.errors``
+re-exports these classes and adds the CXR-specific ones.
+"""
+
+from __future__ import annotations
+
+
+class ChexperceptError(Exception):
+    """Base class of every error a user can fix (bad input, bad config, missing extra).
+
+    CLIs turn it into one line on stderr and exit code 2, without a traceback.
+    """
+
+
+class ConfigError(ChexperceptError):
+    """A config file is missing, malformed, or has a missing/unknown/invalid key."""
+
+
+class MissingDependencyError(ChexperceptError):
+    """An optional dependency is not installed; the message gives the pip line."""
+
+
+class ProviderError(ChexperceptError):
+    """A model provider failed in a way that retrying will not fix (auth, bad request)."""

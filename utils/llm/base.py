@@ -1,0 +1,111 @@
+"""The provider interface: a batch of chat requests in, one completion per request out.
+
+The interface is batch-first so that an offline engine (vLLM) can take every active case's
+turn in one call, while API providers can run requests concurrently behind the same method.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+
+#: Completion statuses. ``ok`` means the provider returned text; parsing happens later.
+COMPLETION_STATUSES = ("ok", "refused", "truncated", "error")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message.
+
+    Attributes:
+        role: ``system``, ``user`` or ``assistant``.
+        text: The message text.
+        images: Image files attached to a user message, in order (PNG/JPG paths).
+    """
+
+    role: Role
+    text: str
+    images: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One request: the full conversation so far, ending with the user turn to answer.
+
+    Attributes:
+        messages: System message (optional), then alternating user/assistant, last = user.
+        request_id: Stable id of this request (e.g. ``<key_id>/<turn name>``), for logs.
+        meta: Provider-independent facts about the question that baseline providers may use
+            (``num_options``, ``multi_select``, ``ground_truth``); real models never see it.
+    """
+
+    messages: tuple[Message, ...]
+    request_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Usage:
+    """Token counts of one call (0 when the provider does not report them)."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    thinking_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input + output tokens (thinking tokens are part of output where billed so)."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class Completion:
+    """The provider's answer to one :class:`TurnRequest`.
+
+    Attributes:
+        text: Raw response text ('' when none came back).
+        status: One of :data:`COMPLETION_STATUSES`.
+        finish_reason: Provider's finish reason, if any (``stop``, ``length``, ...).
+        usage: Token counts.
+        latency_s: Wall time of the call in seconds.
+        error: Error text for ``status == "error"`` (never contains secrets).
+    """
+
+    text: str
+    status: str = "ok"
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    latency_s: float = 0.0
+    error: str | None = None
+
+
+class ChatModel(abc.ABC):
+    """A model that answers batches of chat requests.
+
+    Subclasses implement :meth:`generate`. They must return exactly one completion per request,
+    in request order, and must turn per-request failures into ``status="error"`` completions
+    rather than raising (fatal configuration errors such as bad credentials may raise
+    ``ProviderError``).
+    """
+
+    #: Provider registry name (``dummy``, ``random``, ``oracle``, ``opensource``, ...).
+    provider: str = "base"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    @abc.abstractmethod
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        """Answer every request; one completion per request, same order."""
+
+    def describe(self) -> dict[str, Any]:
+        """Settings recorded in the run manifest (no secrets)."""
+        return {"provider": self.provider, "model": self.model}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (engines, HTTP clients)."""
