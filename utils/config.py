@@ -20,7 +20,7 @@ from utils.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def expand_vars(value: Any, variables: Mapping[str, str], *, where: str = "") -> Any:
@@ -49,21 +49,47 @@ def expand_vars(value: Any, variables: Mapping[str, str], *, where: str = "") ->
         return [expand_vars(v, variables, where=f"{where}[{i}]") for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
+    return _expand_str(value, variables, where)
 
-    def _sub(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+
+def _expand_str(text: str, variables: Mapping[str, str], where: str) -> str:
+    """Expand placeholders in one string; defaults may themselves hold placeholders."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        start = text.find("${", i)
+        if start < 0:
+            out.append(text[i:])
+            break
+        out.append(text[i:start])
+        depth, j = 1, start + 2
+        while j < len(text) and depth:
+            if text.startswith("${", j):
+                depth += 1
+                j += 2
+                continue
+            if text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth:
+            raise ConfigError(f"config key '{where}': unclosed '${{' in {text!r}")
+        body = text[start + 2 : j - 1]
+        name, sep, default = body.partition(":-")
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"config key '{where}': bad variable name {name!r} in {text!r}")
         if name in variables:
-            return str(variables[name])
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ConfigError(
-            f"config key '{where}' uses ${{{name}}}, but {name} is not set; "
-            f"export {name}=... or write ${{{name}:-default}}"
-        )
-
-    return _VAR.sub(_sub, value)
+            out.append(str(variables[name]))
+        elif name in os.environ:
+            out.append(os.environ[name])
+        elif sep:
+            out.append(_expand_str(default, variables, where))
+        else:
+            raise ConfigError(
+                f"config key '{where}' uses ${{{name}}}, but {name} is not set; "
+                f"export {name}=... or write ${{{name}:-default}}"
+            )
+        i = j
+    return "".join(out)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

@@ -58,6 +58,12 @@ class PathConfig(_Strict):
     """Root of stage outputs (``<work_dir>/NN_<stage>/``); None keeps the release's
     ``src/NN_<stage>/outputs``."""
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        """An empty string (e.g. an unset ``${VAR:-}``) means "not set"."""
+        return None if isinstance(value, str) and not value.strip() else value
+
 
 class HuggingFaceConfig(_Strict):
     """``huggingface.*``: cache locations exported as HF_HOME / HF_HUB_CACHE when set."""

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Evaluate a model on the benchmark (Stage 03) and analyse the results (Stage 04).
+#
+# Usage: bash eval_chexpercept.sh [00_eval.py flags ...] [-h|--help]
+#   e.g. bash eval_chexpercept.sh --provider dummy --oracle_setting none
+#        bash eval_chexpercept.sh --provider openai --model gpt-5.4-nano --benchmark-dir data/chexpercept
+#
+# Every argument is passed to src/03_eval_vlm_on_chexpercept/00_eval.py (which rejects unknown
+# flags); then src/04_analyze_eval_result/01_analyze_model_performance.py runs on the same
+# --output-path and --oracle_setting. Uses .venv (made by setup.sh) unless CHEXPERCEPT_PYTHON is set.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+case "${1:-}" in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+
+if [ -n "${CHEXPERCEPT_PYTHON:-}" ]; then PY="$CHEXPERCEPT_PYTHON"; else bash setup.sh --cpu-only >/dev/null; PY="$ROOT/.venv/bin/python"; fi
+
+setting=implicit
+results="$ROOT/src/03_eval_vlm_on_chexpercept/outputs"
+prev=""
+for arg in "$@"; do
+  case "$prev" in
+    --oracle_setting|--oracle-setting) setting="$arg" ;;
+    --output-path|--output_path) results="$arg" ;;
+  esac
+  case "$arg" in
+    --oracle_setting=*|--oracle-setting=*) setting="${arg#*=}" ;;
+    --output-path=*|--output_path=*) results="${arg#*=}" ;;
+  esac
+  prev="$arg"
+done
+
+"$PY" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
+case " $* " in *" --validate-only "*) exit 0 ;; esac
+"$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" --oracle_setting "$setting"

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# End-to-end smoke run of CheXpercept on bundled fixtures, CPU only, offline.
+#
+# Usage: bash sample_test.sh [--keep] [--work-dir DIR] [-h|--help]
+#
+# Sets itself up (bash setup.sh --cpu-only), generates the fixtures (synthetic chest phantoms for
+# all seven lesions plus one real radiograph from pydicom-data), then runs every stage:
+#   00 curation (seeded sampling, image preparation, provided candidate masks in 2 shards + merge,
+#      annotation sheets auto-filled, distribution to 2 annotators)
+#   01 anatomy masks (provided) + morphological mask deformation
+#   02 QA generation, benchmark sampling and export
+#   03 evaluation with the oracle, random and dummy providers under oracle settings implicit and none
+#   04 analysis: CSVs, plots and the summary table printed below
+# Outputs go to --work-dir (default: outputs/sample_test/, git-ignored); the exported benchmark is
+# <work-dir>/chexpercept/ (your data/chexpercept/ is never touched).
+#   --keep   resume into the existing work dir instead of starting afresh
+# Exits non-zero on any failure.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+keep=0
+WORK="$ROOT/outputs/sample_test"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) keep=1 ;;
+    --work-dir) [ $# -ge 2 ] || { echo "sample_test.sh: --work-dir needs a value" >&2; exit 2; }
+                WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "sample_test.sh: unknown argument '$1' (see bash sample_test.sh --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+start=$(date +%s)
+step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
+
+step "setup"
+bash setup.sh --cpu-only
+PY="$ROOT/.venv/bin/python"
+export CHEXPERCEPT_WORK_DIR="$WORK" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+CFG="$ROOT/cfg/config_sample_test.yaml"
+[ "$keep" = 1 ] || rm -rf "$WORK"
+mkdir -p "$WORK"
+S00="$WORK/00_source_data_curation"
+S01="$WORK/01_mask_deformation"
+S03="$WORK/03_eval_vlm_on_chexpercept"
+S04="$WORK/04_analyze_eval_result"
+BENCH="$WORK/chexpercept"
+
+step "fixtures"
+"$PY" scripts/sample_test/make_fixtures.py --out data/sample_test/generated
+
+step "00 source data curation"
+"$PY" src/00_source_data_curation/00_sample_mimic_ils_case.py --config "$CFG" --no-progress
+for part in 0 1; do
+  "$PY" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --part "$part" --total-parts 2 --no-progress
+done
+"$PY" src/00_source_data_curation/02_prepare_positive_annotation.py --base-out "$S00/rosalia_pred" --total-parts 2
+"$PY" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
+"$PY" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
+"$PY" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
+"$PY" src/00_source_data_curation/04_distribute_labeling.py --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
+  --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
+
+step "01 anatomy masks + mask deformation"
+"$PY" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
+"$PY" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
+
+step "02 QA generation + benchmark export"
+"$PY" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
+"$PY" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
+
+step "03 evaluation"
+"$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only
+for provider in oracle random dummy; do
+  for setting in implicit none; do
+    "$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
+      --provider "$provider" --oracle_setting "$setting" --no-progress
+  done
+done
+
+step "04 analysis"
+for setting in implicit none; do
+  "$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
+    --oracle_setting "$setting" --output-dir "$S04"
+done
+
+step "done in $(( $(date +%s) - start ))s"
+echo "benchmark:        $BENCH/chexpercept.json (+ image folders)"
+echo "eval results:     $S03/<provider>_<model>/oracle_<setting>/all_results.json"
+echo "analysis:         $S04/all_models_oracle_{implicit,none}/ (CSVs and plots)"

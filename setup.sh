@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Set up CheXpercept on this machine (no conda needed).
+#
+# Usage: bash setup.sh [--skip-lisa] [--skip-sam3] [--skip-chexmask-u] [--cpu-only] [-h|--help]
+#
+# 1. Creates .venv with pip (Python >= 3.11; set PYTHON=/path/to/python3 to choose one) and
+#    installs this project editable with the CPU pipeline and test dependencies
+#    (`pip install -e ".[dev,fixtures]"`). Re-running is cheap: nothing is reinstalled while
+#    pyproject.toml is unchanged.
+# 2. Clones the optional third-party code used only by the GPU backends, unless skipped:
+#      LISA (ROSALIA)  -> src/00_source_data_curation/LISA      (--skip-lisa)
+#      SAM3            -> src/01_mask_deformation/sam3          (--skip-sam3)
+#      CheXmask-U      -> src/01_mask_deformation/CheXmask-U    (--skip-chexmask-u)
+#    Pin a commit with LISA_REF / SAM3_REF / CHEXMASKU_REF. When the network refuses a clone it
+#    is skipped with one line; the CPU pipeline never needs them.
+#    --cpu-only skips all three.
+# GPU users: see envs/*.yml for the conda environments (vLLM, ROSALIA, Hulu-Med).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+skip_lisa=0; skip_sam3=0; skip_chexmasku=0
+for arg in "$@"; do
+  case "$arg" in
+    --skip-lisa) skip_lisa=1 ;;
+    --skip-sam3) skip_sam3=1 ;;
+    --skip-chexmask-u) skip_chexmasku=1 ;;
+    --cpu-only) skip_lisa=1; skip_sam3=1; skip_chexmasku=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (see bash setup.sh --help)" >&2; exit 2 ;;
+  esac
+done
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "setup.sh: need Python >= 3.11 (found: $("$PYTHON" --version 2>&1 || echo none)); set PYTHON=..." >&2
+  exit 1
+fi
+
+stamp=.venv/.chexpercept-setup
+want="$(cat pyproject.toml setup.sh | sha256sum | cut -d' ' -f1)"
+if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
+   && .venv/bin/python -c 'import chexpercept, utils, pytest' 2>/dev/null; then
+  echo "setup.sh: .venv is up to date"
+else
+  echo "setup.sh: creating/updating .venv (pip install -e \".[dev,fixtures]\") ..."
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,fixtures]"
+  echo "$want" > "$stamp"
+  echo "setup.sh: .venv ready ($(.venv/bin/python --version))"
+fi
+
+clone() {  # clone URL DEST REF
+  local url="$1" dest="$2" ref="${3:-}"
+  if [ -d "$dest" ] && [ -n "$(ls -A "$dest" 2>/dev/null)" ]; then
+    echo "setup.sh: $dest exists, not cloning"
+    return 0
+  fi
+  if GIT_TERMINAL_PROMPT=0 timeout 60 git clone --quiet --depth 1 ${ref:+--branch "$ref"} "$url" "$dest" 2>/dev/null; then
+    echo "setup.sh: cloned $url -> $dest ($(git -C "$dest" rev-parse --short HEAD))"
+  else
+    rm -rf "$dest"
+    echo "setup.sh: could not clone $url (no network?); skipped - only the GPU backends need it"
+  fi
+}
+[ "$skip_lisa" = 1 ] || clone https://github.com/JIA-Lab-research/LISA.git src/00_source_data_curation/LISA "${LISA_REF:-}"
+[ "$skip_sam3" = 1 ] || clone https://github.com/facebookresearch/sam3.git src/01_mask_deformation/sam3 "${SAM3_REF:-}"
+[ "$skip_chexmasku" = 1 ] || clone https://github.com/mcosarinsky/CheXmask-U.git src/01_mask_deformation/CheXmask-U "${CHEXMASKU_REF:-}"
+exit 0

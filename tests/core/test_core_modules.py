@@ -1,0 +1,126 @@
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from chexpercept import io
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.lesions import (
+    LESIONS,
+    has_attribute_stage,
+    lesion_from_key_id,
+    make_key_id,
+    pair_id_from_key_id,
+    validate_lesion,
+)
+from chexpercept.rng import rng_for
+from chexpercept.schema import accepted_key_ids, parse_optimal
+
+
+def test_lesion_order_and_key_ids():
+    assert LESIONS[0] == "cardiomegaly" and len(LESIONS) == 7
+    key = make_key_id("cardiomegaly", "s50000002_negative_2")
+    assert key == "cardiomegaly_s50000002_negative_2"
+    assert lesion_from_key_id(key) == "cardiomegaly"
+    assert pair_id_from_key_id(key) == "s50000002_negative_2"
+    assert not has_attribute_stage("cardiomegaly") and has_attribute_stage("effusion")
+
+
+def test_unknown_lesion_names_place_and_suggests():
+    with pytest.raises(InputError, match=r"sheet\.csv row 3: unknown lesion 'efusion'.*'effusion'"):
+        validate_lesion("efusion", where="sheet.csv row 3")
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("y", True), ("YES", True), (" 1 ", True), ("true", True),
+    ("n", False), ("No", False), ("0", False), ("FALSE", False),
+    ("", None), ("  ", None), (None, None),
+])
+def test_parse_optimal_strict(value, expected):
+    assert parse_optimal(value) is expected
+
+
+def test_parse_optimal_rejects_other_values():
+    with pytest.raises(ValueError):
+        parse_optimal("maybe")
+
+
+def test_accepted_key_ids_collects_every_bad_row():
+    rows = [{"key_id": "a", "optimal?": "y"}, {"key_id": "b", "optimal?": "n"},
+            {"key_id": "c", "optimal?": ""}, {"key_id": "d", "optimal?": "ok"},
+            {"key_id": "e", "optimal?": "?"}]
+    with pytest.raises(SchemaError) as exc:
+        accepted_key_ids(rows, "sheet.csv")
+    msg = str(exc.value)
+    assert "sheet.csv" in msg and "row 4 (key_id d)" in msg and "row 5 (key_id e)" in msg
+    assert accepted_key_ids(rows[:3], "s.csv") == ["a"]
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    target = tmp_path / "out.json"
+    io.write_json_atomic(target, {"a": 1})
+    with pytest.raises(RuntimeError), io.atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("crash")
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_jsonl_ignores_truncated_last_line_only(tmp_path):
+    p = tmp_path / "r.jsonl"
+    io.append_jsonl(p, {"a": np.int64(1)})
+    with open(p, "a") as fh:
+        fh.write('{"a": 2')
+    assert io.read_jsonl(p) == [{"a": 1}]
+    p.write_text('{"a": 1\n{"a": 2}\n')
+    with pytest.raises(SchemaError, match="line 1"):
+        io.read_jsonl(p)
+
+
+def test_read_mask_uses_channel0_and_resizes(tmp_path):
+    rgb = np.zeros((512, 512, 3), np.uint8)
+    rgb[100:200, 100:200, 0] = 255
+    rgb[300:400, 300:400, 1] = 255  # other channel: ignored
+    Image.fromarray(rgb).save(tmp_path / "m.png")
+    m = io.read_mask(tmp_path / "m.png")
+    assert m.shape == (1024, 1024) and m.dtype == bool
+    assert m[300, 300] and not m[700, 700]
+
+
+def test_read_cxr_handles_16bit_and_rgb(tmp_path):
+    arr16 = (np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 4)
+    Image.fromarray(arr16).save(tmp_path / "a.png")
+    a = io.read_cxr(tmp_path / "a.png")
+    assert a.dtype == np.uint8 and a.shape == (1024, 1024) and a.max() == 255
+    Image.fromarray(np.full((10, 20, 3), 128, np.uint8)).save(tmp_path / "b.png")
+    assert io.read_cxr(tmp_path / "b.png", size=None).shape == (10, 20)
+    with pytest.raises(InputError, match="image not found"):
+        io.read_cxr(tmp_path / "missing.png")
+
+
+def test_write_mask_roundtrip_and_png_determinism(tmp_path):
+    m = np.zeros((1024, 1024), bool)
+    m[10:20, 30:40] = True
+    io.write_mask(tmp_path / "m.png", m)
+    assert (io.read_mask(tmp_path / "m.png") == m).all()
+    assert io.png_bytes(m.astype(np.uint8) * 255) == (tmp_path / "m.png").read_bytes()
+
+
+def test_rng_for_is_stable_and_label_dependent():
+    a = rng_for(0, "qa", "k1").integers(0, 1 << 30, 5)
+    b = rng_for(0, "qa", "k1").integers(0, 1 << 30, 5)
+    c = rng_for(0, "qa", "k2").integers(0, 1 << 30, 5)
+    assert (a == b).all() and not (a == c).all()
+
+
+def test_eval_run_dir_layout(tmp_path):
+    d = io.eval_run_dir(tmp_path, "opensource", "Qwen/Qwen3.6-27B", "none", no_thinking=True)
+    assert d == tmp_path / "opensource_Qwen--Qwen3.6-27B_no_thinking" / "oracle_none"
+
+
+def test_csv_writer_rejects_unknown_columns(tmp_path):
+    with pytest.raises(SchemaError, match="not in the columns"):
+        io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1, "b": 2}], ["a"])
+    io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1}], ["a", "optimal?"])
+    assert (tmp_path / "x.csv").read_text() == "a,optimal?\n1,\n"
