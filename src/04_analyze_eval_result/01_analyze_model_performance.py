@@ -1,0 +1,158 @@
+"""Stage 04: analyse Stage 03 results into per-path accuracy tables, detail tables and plots.
+
+Reads ``<results-dir>/<provider>_<model>[_no_thinking]/oracle_<setting>/all_results.json``
+(nothing else; no model is called) and writes:
+
+- next to each ``all_results.json``: ``model_performance_summary.csv``,
+  ``model_performance_detail_contour_revision.csv``,
+  ``model_performance_detail_attribute_extraction.csv``;
+- all-models mode only, in ``<output-dir>/all_models_oracle_<setting>/``:
+  ``all_models_summary.csv``, ``all_models_contour_revision_detail.csv``,
+  ``all_models_attribute_extraction_detail.csv``, the four ``plot_*.png``,
+  ``run_meta.json`` and a log file.
+
+The ``model`` column is the run folder name ``<provider>_<model>[_no_thinking]``, so equal aliases
+under different providers do not collide. All-models mode (every run) is the default when neither
+``--provider`` nor ``--model`` is given; with either, only the matching runs are analysed and
+only their per-model CSVs are written (release defect 13 fixed). The summary table is printed.
+
+Example::
+
+    python src/04_analyze_eval_result/01_analyze_model_performance.py --oracle_setting none
+    python src/04_analyze_eval_result/01_analyze_model_performance.py --provider dummy \
+        --model baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept import io
+from chexpercept.analysis import (
+    ORACLE_SETTINGS,
+    discover_runs,
+    format_summary_table,
+    load_run,
+    score_run,
+    write_all_models_csvs,
+    write_model_csvs,
+    write_plots,
+)
+from chexpercept.schema import load_chexpercept_config
+from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+
+logger = logging.getLogger("04_analyze_eval_result")
+
+DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (release flag spellings, kebab-case aliases)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(parser, None)
+    parser.add_argument(
+        "--results-dir", "--results_dir", dest="results_dir", default=None,
+        help=f"Stage 03 output folder holding <provider>_<model>/oracle_<setting>/ runs "
+             f"(default: eval_vlm_on_chexpercept.output_path or path.work_dir of --config if "
+             f"given, else {io.stage_output_dir('03')}).")
+    parser.add_argument(
+        "--oracle_setting", "--oracle-setting", dest="oracle_setting", default="implicit",
+        choices=ORACLE_SETTINGS,
+        help="Stage 03 oracle setting of the runs to analyse (default: implicit; choices: "
+             "%(choices)s).")
+    parser.add_argument(
+        "--provider", default=None,
+        help="Analyse only runs of this provider, i.e. folders <provider>_* (default: none, "
+             "all providers).")
+    parser.add_argument(
+        "--model", default=None,
+        help="Analyse only runs of this model, i.e. folders <provider>_<model>; add "
+             "'_no_thinking' for such runs (default: none, all models).")
+    parser.add_argument(
+        "--all_models", "--all-models", dest="all_models", action="store_true",
+        help="Analyse every run and write the all-models CSVs and plots (default: on when "
+             "neither --provider nor --model is given; cannot be combined with them).")
+    parser.add_argument(
+        "--limit", type=_positive_int, default=None,
+        help="Use only the first N cases of each run, in file order (default: all).")
+    parser.add_argument(
+        "--output-dir", "--output_dir", dest="output_dir", default=str(DEFAULT_OUTPUT_DIR),
+        help=f"Folder that receives all_models_oracle_<setting>/ (default: {DEFAULT_OUTPUT_DIR}).")
+    add_common_args(parser)
+    return parser
+
+
+def _results_dir(args: argparse.Namespace) -> Path:
+    if args.results_dir:
+        return Path(args.results_dir)
+    if args.config:
+        cfg = load_chexpercept_config(args.config)
+        if cfg.eval_vlm_on_chexpercept.output_path:
+            return Path(cfg.eval_vlm_on_chexpercept.output_path)
+        return io.stage_output_dir("03", cfg.path.work_dir)
+    return io.stage_output_dir("03")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Analyse the selected runs, write the CSVs (and plots), print the summary table."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    selected = args.provider is not None or args.model is not None
+    if args.all_models and selected:
+        parser.error("--all_models cannot be combined with --provider/--model "
+                     "(drop it to analyse only the matching runs)")
+    all_models = not selected
+    setting = args.oracle_setting
+    out_dir = io.all_models_dir(args.output_dir, setting)
+    setup_logging(args.log_level, out_dir if all_models else None,
+                  name="01_analyze_model_performance", progress=not args.no_progress)
+    results_dir = _results_dir(args)
+
+    runs = discover_runs(results_dir, setting, provider=args.provider, model=args.model)
+    logger.info("analysing %d run(s) with oracle_%s in %s", len(runs), setting, results_dir)
+    all_metrics = []
+    written: list[Path] = []
+    for run in progress(runs, total=len(runs), desc="runs"):
+        results = load_run(run, limit=args.limit)
+        _, metrics = score_run(run, results)
+        written.extend(write_model_csvs(metrics, run.run_dir))
+        logger.info("%s: %d case(s) (%s) -> %s", run.name, len(results),
+                    ", ".join(f"{p} {n}" for p, n in metrics.n_cases.items()), run.run_dir)
+        all_metrics.append(metrics)
+
+    if all_models:
+        written.extend(write_all_models_csvs(all_metrics, out_dir))
+        written.extend(write_plots(all_metrics, out_dir, setting))
+        written.append(io.write_run_meta(
+            out_dir, stage="04",
+            config={"results_dir": str(results_dir), "oracle_setting": setting,
+                    "limit": args.limit, "config": args.config},
+            seeds={}, repo_root=io.repo_root(),
+            extra={"runs": [str(r.all_results) for r in runs]}))
+
+    print(format_summary_table(all_metrics, setting))
+    print("\nOutputs:")
+    for path in written:
+        print(f"  {path}")
+    n_cases = sum(sum(m.n_cases.values()) for m in all_metrics)
+    n_missing = sum(m.n_missing for m in all_metrics)
+    logger.info("done: %d run(s), %d case(s), %d missing stage result(s) counted wrong, 0 "
+                "failed; outputs in %s", len(all_metrics), n_cases, n_missing,
+                out_dir if all_models else ", ".join(str(r.run_dir) for r in runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
