@@ -455,6 +455,21 @@ class CurationLayout:
         """``distribute/annotator_<X>/<positive|negative>/``."""
         return self.out / "distribute" / f"annotator_{annotator}" / task
 
+    @property
+    def sampling_summary(self) -> Path:
+        """``sampling_summary.json``: Stage 00.00 counts, dropped pairs and the inputs hash."""
+        return self.out / "sampling_summary.json"
+
+    def candidate_summary(self, part: int | None = None) -> Path:
+        """``rosalia_pred/summary[_part<p>].json``: Stage 00.01 processed/skipped/failed items."""
+        return self.candidate_root / (f"summary_part{part}.json" if part is not None
+                                      else "summary.json")
+
+    @property
+    def negative_summary(self) -> Path:
+        """``negative/summary.json``: Stage 00.03 counts and shortfalls."""
+        return self.out / "negative" / "summary.json"
+
 
 @dataclass(frozen=True)
 class DeformationLayout:
@@ -472,9 +487,14 @@ class DeformationLayout:
         """``cxas_pred/`` (``<dicom>/<class name>.png``)."""
         return self.out / "cxas_pred"
 
+    @property
+    def deformed_masks_root(self) -> Path:
+        """``deformed_masks/`` (holds one ``<key_id>/`` folder per case)."""
+        return self.out / "deformed_masks"
+
     def deformed_mask_dir(self, key_id: str) -> Path:
         """``deformed_masks/<key_id>/``."""
-        return self.out / "deformed_masks" / key_id
+        return self.deformed_masks_root / key_id
 
     def deformed_mask(self, key_id: str, stem: str) -> Path:
         """``deformed_masks/<key_id>/<stem>.png``."""
@@ -484,6 +504,11 @@ class DeformationLayout:
     def results_json(self) -> Path:
         """``deformation_results/deformation_results.json``."""
         return self.out / "deformation_results" / "deformation_results.json"
+
+    @property
+    def summary_json(self) -> Path:
+        """``deformation_results/summary.json`` (counts and failed cases with reasons)."""
+        return self.out / "deformation_results" / "summary.json"
 
     def item_json(self, key_id: str) -> Path:
         """Per-case result written as soon as a case finishes (resume): ``deformation_results/items/<key_id>.json``."""
@@ -526,6 +551,14 @@ class QALayout:
         """``qa_results/summary.json`` (counts and cases that could not be built, with reasons)."""
         return self.out / "qa_results" / "summary.json"
 
+    def item_json(self, key_id: str) -> Path:
+        """Per-case result (resume): ``qa_results/items/<key_id>.json``."""
+        return self.out / "qa_results" / "items" / f"{key_id}.json"
+
+    def case_dir(self, key_id: str) -> Path:
+        """``chexpercept/<key_id>/`` (the case's image folder, spec section 4.4)."""
+        return self.bundle_dir / key_id
+
 
 #: Relative paths inside ``<bundle>/<key_id>/`` (spec section 4.4).
 DETECTION_IMAGE = "detection_qa/xray.png"
@@ -559,6 +592,11 @@ class BenchmarkLayout:
     def images_dir(self) -> Path:
         """``chexpercept/``."""
         return self.root / "chexpercept"
+
+    @property
+    def sampling_summary_json(self) -> Path:
+        """``sampling_summary.json`` (cases available/selected per lesion and path, shortfalls)."""
+        return self.root / "sampling_summary.json"
 
     def case_dir(self, key_id: str) -> Path:
         """``chexpercept/<key_id>/``."""
@@ -600,6 +638,11 @@ def all_results_path(run_dir: str | Path) -> Path:
 def records_path(run_dir: str | Path) -> Path:
     """``<run_dir>/records.jsonl``: one line per finished case/turn (resume log)."""
     return Path(run_dir) / "records.jsonl"
+
+
+def run_manifest_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/run_manifest.json``: what a Stage 03 run is (resume refuses a mismatch)."""
+    return Path(run_dir) / "run_manifest.json"
 
 
 #: Stage 04 per-model CSV names (spec section 6), written next to ``all_results.json``.

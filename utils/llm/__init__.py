@@ -4,5 +4,7 @@ Providers are registered by name and imported lazily: importing ``utils.llm`` lo
 """
 
 from utils.llm.base import ChatModel, Completion, Message, TurnRequest, Usage
+from utils.llm.registry import PROVIDERS, create_model, default_model, provider_class
 
-__all__ = ["ChatModel", "Completion", "Message", "TurnRequest", "Usage"]
+__all__ = ["PROVIDERS", "ChatModel", "Completion", "Message", "TurnRequest", "Usage",
+           "create_model", "default_model", "provider_class"]

@@ -1,0 +1,35 @@
+"""Stage 03: sequential multi-turn VLM evaluation on the CheXpercept benchmark.
+
+Reads ``chexpercept.json`` + the image bundle, asks each case's turns through a
+``utils.llm`` provider (one batched ``generate`` call per turn index), parses answers strictly,
+scores them all-or-nothing and writes ``records.jsonl``, ``run_manifest.json`` and
+``all_results.json`` (original_release_spec.md section 5).
+"""
+
+from chexpercept.evaluation.cases import (
+    TURNS,
+    Bundle,
+    EvalCase,
+    load_bundle,
+    select_key_ids,
+    validate_bundle,
+)
+from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, SYSTEM_PROMPT
+from chexpercept.evaluation.parsing import ParsedAnswer, parse_answer
+from chexpercept.evaluation.runner import EvalSettings, RunSummary, run_evaluation
+
+__all__ = [
+    "ORACLE_SETTINGS",
+    "SYSTEM_PROMPT",
+    "TURNS",
+    "Bundle",
+    "EvalCase",
+    "EvalSettings",
+    "ParsedAnswer",
+    "RunSummary",
+    "load_bundle",
+    "parse_answer",
+    "run_evaluation",
+    "select_key_ids",
+    "validate_bundle",
+]

@@ -1,0 +1,408 @@
+"""Stage 03: read the benchmark bundle (``chexpercept.json`` + ``chexpercept/<key_id>/`` images).
+
+The bundle is read exactly as released (original_release_spec.md sections 4.4-4.6): option images
+are located through each option's ``relative_path``, so the release's
+``option_<i>_mask_{answer|fake}.png`` and our ``option_<i>.png`` both work. Each case becomes an
+:class:`EvalCase`: its ground-truth path (spec section 4.5) and the turns it is asked (spec
+section 5.2), with the images every turn shows. :func:`validate_bundle` checks everything a run
+needs before the first request, so a case is never asked with fewer images than its question
+lists (release defect 10, spec section 8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from chexpercept import io, schema
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.lesions import LESIONS, QA_PATHS
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TurnSpec:
+    """One of the nine dialogue turns (spec section 5.2).
+
+    Attributes:
+        index: Turn index 0..8 (dialogue order; the runner batches by it).
+        name: Key in ``all_results.json``'s ``_chat_history_idx`` and in ``records.jsonl``.
+        section: The ``all_results.json`` section holding the result.
+        sub: Sub-question key inside the section (None for Stages 1 and 2).
+    """
+
+    index: int
+    name: str
+    section: str
+    sub: str | None = None
+
+
+#: The nine turns in dialogue order (spec section 5.2).
+TURNS: tuple[TurnSpec, ...] = (
+    TurnSpec(0, "detection_qa", "detection_qa"),
+    TurnSpec(1, "contour_evaluation_qa", "contour_evaluation_qa"),
+    TurnSpec(2, "contour_revision_qa_expansion", "contour_revision_qa", "expansion"),
+    TurnSpec(3, "contour_revision_qa_contraction", "contour_revision_qa", "contraction"),
+    TurnSpec(4, "contour_revision_qa_revision_result", "contour_revision_qa", "revision_result"),
+    *(TurnSpec(5 + i, f"attribute_extraction_qa_{key}", "attribute_extraction_qa", key)
+      for i, key in enumerate(schema.ATTRIBUTE_KEYS)),
+)
+TURN_BY_NAME: dict[str, TurnSpec] = {t.name: t for t in TURNS}
+NUM_TURNS = len(TURNS)
+
+
+@dataclass(frozen=True)
+class PlannedTurn:
+    """One question of one case, ready to be asked.
+
+    Attributes:
+        spec: Which turn.
+        question: Question text from the JSON (options included), without oracle text.
+        images: Images attached to this turn, in order (paths built from the benchmark dir).
+        ground_truth: 1-based option index; for multi-select the indices as stored in the JSON.
+        option_texts: Option labels as the question lists them ("Yes", "red point", "None",
+            "2nd mask", ...), used for exact text answers.
+        multi_select: Whether the answer is a set (scored by set equality).
+        none_index: 1-based index of the "None" option of a multi-select question, else None.
+        preamble: Text placed before the question (the revision ``initial_context``), or None.
+    """
+
+    spec: TurnSpec
+    question: str
+    images: tuple[Path, ...]
+    ground_truth: int | tuple[int, ...]
+    option_texts: tuple[str, ...]
+    multi_select: bool = False
+    none_index: int | None = None
+    preamble: str | None = None
+
+    @property
+    def num_options(self) -> int:
+        """Number of answer options."""
+        return len(self.option_texts)
+
+    @property
+    def ground_truth_set(self) -> frozenset[int]:
+        """Ground truth as a set of 1-based indices (one element for single choice)."""
+        gt = self.ground_truth
+        return frozenset(gt) if isinstance(gt, tuple) else frozenset({gt})
+
+
+@dataclass(frozen=True)
+class EvalCase:
+    """One benchmark case: its path and the turns it is asked, in order.
+
+    Attributes:
+        key_id: ``<lesion>_<pair_id>``.
+        lesion: The target lesion.
+        qa_path: ``lesion_free``, ``revision_free`` or ``revision_required`` (from ground truth).
+        turns: Planned turns in dialogue order (LF 1, RF 6, RR 9; cardiomegaly RF 2, RR 5).
+        item: The validated benchmark entry (oracle texts read point colours from it).
+    """
+
+    key_id: str
+    lesion: str
+    qa_path: str
+    turns: tuple[PlannedTurn, ...]
+    item: schema.BenchmarkItem
+
+    def turn(self, name: str) -> PlannedTurn | None:
+        """The planned turn called ``name``, or None if this case's path has no such turn."""
+        for planned in self.turns:
+            if planned.spec.name == name:
+                return planned
+        return None
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded benchmark: layout, validated items (JSON order) and the JSON's sha256."""
+
+    layout: io.BenchmarkLayout
+    items: dict[str, schema.BenchmarkItem]
+    json_sha256: str
+
+
+def load_bundle(benchmark_dir: str | Path) -> Bundle:
+    """Read ``<benchmark_dir>/chexpercept.json`` with :func:`chexpercept.schema.load_benchmark`.
+
+    Args:
+        benchmark_dir: Folder holding ``chexpercept.json`` and ``chexpercept/``.
+
+    Returns:
+        The bundle; items keep the JSON's key order.
+
+    Raises:
+        InputError: If ``chexpercept.json`` or the ``chexpercept/`` image folder is missing.
+        SchemaError: If the JSON does not match the schema (every bad key_id listed).
+    """
+    layout = io.BenchmarkLayout(Path(benchmark_dir))
+    if not layout.json_path.is_file():
+        raise InputError(f"benchmark JSON not found: {layout.json_path} (--benchmark-dir must "
+                         f"hold chexpercept.json and the chexpercept/ image folder)")
+    if not layout.images_dir.is_dir():
+        raise InputError(f"benchmark image folder not found: {layout.images_dir}")
+    items = schema.load_benchmark(layout.json_path)
+    digest = hashlib.sha256(layout.json_path.read_bytes()).hexdigest()
+    return Bundle(layout=layout, items=items, json_sha256=digest)
+
+
+def qa_path_of(key_id: str, item: schema.BenchmarkItem) -> str:
+    """Path of a case from its ground truth (spec section 4.5).
+
+    Raises:
+        SchemaError: If a positive case has no ``contour_qa``.
+    """
+    try:
+        return schema.qa_path_of(item)
+    except SchemaError as exc:
+        raise SchemaError(f"{key_id}: {exc}") from None
+
+
+def select_key_ids(bundle: Bundle, *, limit: int | None = None,
+                   per_path_limit: int | None = None) -> list[str]:
+    """Cases to evaluate, in JSON order (spec section 5.1).
+
+    Args:
+        bundle: The loaded benchmark.
+        limit: Keep the first ``limit`` cases; None keeps all.
+        per_path_limit: Keep the first N cases of each path; overrides ``limit``.
+
+    Returns:
+        Selected key_ids in JSON order.
+
+    Raises:
+        SchemaError: If a positive case has no ``contour_qa``.
+    """
+    keys = list(bundle.items)
+    if per_path_limit is not None:
+        counts = dict.fromkeys(QA_PATHS, 0)
+        out = []
+        for key_id in keys:
+            path = qa_path_of(key_id, bundle.items[key_id])
+            if counts[path] < per_path_limit:
+                counts[path] += 1
+                out.append(key_id)
+        return out
+    return keys if limit is None else keys[:limit]
+
+
+def ordinal(n: int) -> str:
+    """English ordinal of a positive int: 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    if 10 <= n % 100 <= 20:
+        suffix = "th"
+    else:
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _point_text(option: schema.PointOption) -> str:
+    return "None" if option.point is None or option.color == "None" else f"{option.color} point"
+
+
+def _none_index(texts: Sequence[str]) -> int | None:
+    for i, text in enumerate(texts, start=1):
+        if text.strip().lower().startswith("none"):
+            return i
+    return None
+
+
+def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayout) -> EvalCase:
+    """Build the turns a case is asked (spec section 5.2); no file is opened.
+
+    Turns by path: detection (all); contour evaluation (RF, RR); expansion, contraction and
+    revision result (RR); the four attribute questions (RF, RR, unless
+    ``attribute_extraction_qa`` is null, i.e. cardiomegaly).
+
+    Raises:
+        SchemaError: Naming the key_id and every question missing for its path.
+    """
+    lesion = key_id.split("_", 1)[0]
+    path = qa_path_of(key_id, item)
+    turns: list[PlannedTurn] = []
+    det = item.detection_qa
+    turns.append(PlannedTurn(TURNS[0], det.question, (layout.detection_image(key_id),),
+                             det.answer_index, tuple(det.answer_options)))
+    if path == "lesion_free":
+        return EvalCase(key_id, lesion, path, tuple(turns), item)
+    contour = item.contour_qa
+    assert contour is not None  # guaranteed by qa_path_of
+    ev = contour.contour_eval_qa
+    turns.append(PlannedTurn(TURNS[1], ev.question,
+                             (layout.contour_eval_image(key_id, ev.relative_path),),
+                             ev.answer_index, tuple(ev.answer_options)))
+    if path == "revision_required":
+        missing = [name for name in ("contour_revision_qa_expansion",
+                                     "contour_revision_qa_contraction",
+                                     "contour_revision_qa_revision_result", "initial_context")
+                   if getattr(contour, name) is None]
+        if missing:
+            raise SchemaError(f"{key_id}: revision-required case lacks contour_qa field(s) "
+                              f"{missing}")
+        exp, con = contour.contour_revision_qa_expansion, contour.contour_revision_qa_contraction
+        res = contour.contour_revision_qa_revision_result
+        assert exp is not None and con is not None and res is not None
+        for spec, qa, images, preamble in (
+            (TURNS[2], exp, (layout.points_image(key_id),), contour.initial_context),
+            (TURNS[3], con, (), None),
+        ):
+            texts = tuple(_point_text(o) for o in qa.answer_options)
+            turns.append(PlannedTurn(spec, qa.question, images, tuple(qa.answer_index), texts,
+                                     multi_select=True, none_index=_none_index(texts),
+                                     preamble=preamble))
+        turns.append(PlannedTurn(
+            TURNS[4], res.question,
+            tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options),
+            res.answer_index,
+            tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1))))
+    attrs = item.attribute_extraction_qa
+    if attrs is not None:
+        questions = {"distribution": attrs.distribution, "location": attrs.location,
+                     "severity/measurement": attrs.severity_measurement,
+                     "comparison": attrs.comparison}
+        for spec in TURNS[5:]:
+            qa = questions[spec.sub]
+            texts = tuple(qa.answer_options)
+            multi = spec.sub in schema.MULTI_SELECT
+            gt = tuple(qa.answer_index) if multi else qa.answer_index
+            turns.append(PlannedTurn(spec, qa.question, (), gt, texts, multi_select=multi,
+                                     none_index=_none_index(texts) if multi else None))
+    return EvalCase(key_id, lesion, path, tuple(turns), item)
+
+
+_OPTION_LINE = re.compile(r"^\s*\((\d+)\)")
+
+
+def listed_option_count(question: str) -> int | None:
+    """Number of ``(i) ...`` lines after the last ``Options:`` line, or None if there is none."""
+    lines = question.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip().lower() == "options:"]
+    if not starts:
+        return None
+    return sum(1 for line in lines[starts[-1] + 1:] if _OPTION_LINE.match(line))
+
+
+def _check_answers(turn: PlannedTurn) -> list[str]:
+    problems = []
+    n = turn.num_options
+    where = turn.spec.name
+    if n < 1:
+        return [f"{where}: no answer options"]
+    gt = turn.ground_truth
+    indices = list(gt) if isinstance(gt, tuple) else [gt]
+    bad = [i for i in indices if not 1 <= i <= n]
+    if bad:
+        problems.append(f"{where}: answer_index {list(indices) if turn.multi_select else gt} out "
+                        f"of range 1..{n}")
+    if turn.multi_select:
+        if not indices:
+            problems.append(f"{where}: empty answer_index")
+        if len(set(indices)) != len(indices):
+            problems.append(f"{where}: repeated answer_index {indices}")
+        if turn.none_index in indices and len(indices) > 1:
+            problems.append(f"{where}: answer_index {indices} mixes the None option with others")
+    listed = listed_option_count(turn.question)
+    if listed is not None and listed != n:
+        problems.append(f"{where}: question lists {listed} options but answer_options has {n}")
+    return problems
+
+
+def _image_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return "missing"
+    try:
+        with Image.open(path) as im:
+            im.verify()
+    except (OSError, ValueError, SyntaxError) as exc:
+        return f"cannot be opened as an image ({exc})"
+    return None
+
+
+def validate_bundle(bundle: Bundle, key_ids: Sequence[str] | None = None) -> list[EvalCase]:
+    """Check up front everything the selected cases need, and plan them.
+
+    Checks, per case: the key_id's lesion; the questions its path needs; every image of every
+    turn exists and opens (PIL ``verify``); revision-result options have distinct
+    ``relative_path`` images, one per option; each question's listed ``(i)`` options match
+    ``answer_options``; every ``answer_index`` is in range (multi-select: non-empty, no repeats,
+    "None" only alone).
+
+    Args:
+        bundle: The loaded benchmark.
+        key_ids: Cases to check, in order; None checks every case.
+
+    Returns:
+        The planned cases, in the order of ``key_ids``.
+
+    Raises:
+        SchemaError: Once, listing every problem as ``<key_id>: <what> (<path>)``.
+    """
+    keys = list(bundle.items) if key_ids is None else list(key_ids)
+    problems: list[str] = []
+    cases: list[EvalCase] = []
+    checked: dict[Path, str | None] = {}
+    for key_id in keys:
+        item = bundle.items.get(key_id)
+        if item is None:
+            problems.append(f"{key_id}: not in {bundle.layout.json_path}")
+            continue
+        if key_id.split("_", 1)[0] not in LESIONS:
+            problems.append(f"{key_id}: key_id does not start with a lesion name "
+                            f"({', '.join(LESIONS)})")
+            continue
+        try:
+            case = plan_case(key_id, item, bundle.layout)
+        except SchemaError as exc:
+            problems.append(str(exc))
+            continue
+        case_problems: list[str] = []
+        for turn in case.turns:
+            case_problems.extend(f"{key_id}: {p}" for p in _check_answers(turn))
+            for image in turn.images:
+                if image not in checked:
+                    checked[image] = _image_problem(image)
+                if checked[image] is not None:
+                    case_problems.append(f"{key_id}: {turn.spec.name} image {checked[image]} "
+                                         f"({image})")
+            if turn.spec.name == "contour_revision_qa_revision_result":
+                distinct = {p.resolve() for p in turn.images}
+                if len(distinct) != turn.num_options:
+                    case_problems.append(f"{key_id}: {turn.spec.name} has {turn.num_options} "
+                                         f"options but {len(distinct)} distinct option images")
+        problems.extend(case_problems)
+        if not case_problems:
+            cases.append(case)
+    if problems:
+        raise SchemaError(f"{bundle.layout.root}: {len(problems)} problem(s) in the benchmark "
+                          f"bundle (no case was run):\n  " + "\n  ".join(problems))
+    logger.info("benchmark bundle OK: %d case(s), %d image(s) checked", len(cases), len(checked))
+    return cases
+
+
+def plan_cases(bundle: Bundle, key_ids: Sequence[str]) -> list[EvalCase]:
+    """Plan cases without opening images (for cases already finished in an earlier run).
+
+    Raises:
+        SchemaError: Listing every case that cannot be planned.
+    """
+    cases, problems = [], []
+    for key_id in key_ids:
+        try:
+            cases.append(plan_case(key_id, bundle.items[key_id], bundle.layout))
+        except SchemaError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SchemaError("cannot plan case(s):\n  " + "\n  ".join(problems))
+    return cases
+
+
+def benchmark_order(bundle: Bundle) -> Mapping[str, int]:
+    """Position of every key_id in the JSON (the key order of ``all_results.json``)."""
+    return {key_id: i for i, key_id in enumerate(bundle.items)}

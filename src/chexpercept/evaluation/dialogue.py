@@ -1,0 +1,265 @@
+"""Stage 03: one multi-turn conversation per case, with the three oracle settings.
+
+Implements original_release_spec.md sections 5.2-5.4 (wording of the system prompt and of the
+explicit-oracle paragraphs is ours; their content is the release's):
+
+- every request resends the whole history, earlier images included, and replays the assistant's
+  raw text (spec section 5.3);
+- ``none``: nothing is injected (End-to-End);
+- ``implicit`` (Oracle-Passed): when the step before a stage was wrong, the wrong assistant
+  turn(s) are overwritten with the ground truth ``Answer: N`` (lists sorted, comma-joined) and
+  the original raw text is kept as the 4th element of that ``chat_history`` entry;
+- ``explicit``: under the same conditions a "Ground Truth Provided: ..." paragraph is put before
+  the next question instead.
+
+Trigger conditions (spec section 5.4): before Stage 2, detection wrong; before Stage 3
+(expansion), contour evaluation wrong; before the revision result, expansion or contraction
+wrong; before Stage 4 (distribution), contour evaluation wrong on the revision-free path and the
+revision result wrong on the revision-required path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept.evaluation.cases import EvalCase, PlannedTurn, ordinal
+from chexpercept.evaluation.parsing import ParsedAnswer
+from utils.llm.base import Message, TurnRequest
+
+#: Oracle settings (spec section 5.4); ``implicit`` is the default.
+ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
+
+#: System message of every request (spec section 5.3; our wording, the release's meaning).
+SYSTEM_PROMPT = (
+    "You are an expert radiologist. Examine the chest X-ray image(s) and answer each "
+    "multiple-choice question about them. Think through the findings as needed, then finish "
+    "your response with a final line of the form 'Answer: <option number(s)>' that gives only "
+    "the option number(s), separated by commas when several options apply "
+    "(for example 'Answer: 1' or 'Answer: 1,3')."
+)
+
+_ABSOLUTE = "Treat this as an absolute fact and disregard your previous answer."
+
+
+def system_prompt_sha256(text: str = SYSTEM_PROMPT) -> str:
+    """sha256 of the system prompt (recorded in the run manifest)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def answer_text(ground_truth: int | tuple[int, ...] | list[int]) -> str:
+    """The implicit-oracle patch: ``Answer: 2`` or ``Answer: 2,5`` (sorted, comma-joined)."""
+    if isinstance(ground_truth, int):
+        return f"Answer: {ground_truth}"
+    return "Answer: " + ",".join(str(i) for i in sorted(ground_truth))
+
+
+def colour_phrase(colours: list[str]) -> str:
+    """``red point`` / ``red and blue points`` / ``red, blue, and green points``."""
+    if len(colours) == 1:
+        return f"{colours[0]} point"
+    if len(colours) == 2:
+        return f"{colours[0]} and {colours[1]} points"
+    return ", ".join(colours[:-1]) + f", and {colours[-1]} points"
+
+
+def _gt_colours(turn: PlannedTurn) -> list[str] | None:
+    """Ground-truth point colours in JSON order, or None when the answer is the None option."""
+    gt = turn.ground_truth
+    indices = list(gt) if isinstance(gt, tuple) else [gt]
+    if turn.none_index is not None and indices == [turn.none_index]:
+        return None
+    return [turn.option_texts[i - 1].removesuffix(" point") for i in indices]
+
+
+def explicit_oracle_text(case: EvalCase, turn_name: str) -> str:
+    """The "Ground Truth Provided: ..." paragraph placed before ``turn_name`` (explicit setting).
+
+    Args:
+        case: The case.
+        turn_name: ``contour_evaluation_qa``, ``contour_revision_qa_expansion``,
+            ``contour_revision_qa_revision_result`` or ``attribute_extraction_qa_distribution``.
+
+    Returns:
+        The paragraph (no trailing blank line).
+
+    Raises:
+        ValueError: For a turn that never gets an oracle paragraph.
+    """
+    lesion = case.lesion
+    if turn_name == "contour_evaluation_qa":
+        return (f"Ground Truth Provided: {lesion.capitalize()} is definitively present in this "
+                f"chest X-ray. "
+                f"{_ABSOLUTE}")
+    if turn_name == "contour_revision_qa_expansion":
+        return (f"Ground Truth Provided: The mask shown for {lesion} definitively needs "
+                f"revision. {_ABSOLUTE}")
+    if turn_name == "contour_revision_qa_revision_result":
+        lines = ["Ground Truth Provided: Treat the following as absolute facts and disregard "
+                 "your previous answers."]
+        for op, name in (("expansion", "contour_revision_qa_expansion"),
+                         ("contraction", "contour_revision_qa_contraction")):
+            turn = case.turn(name)
+            colours = _gt_colours(turn) if turn is not None else None
+            if colours is None:
+                lines.append(f"The mask does not need any revision by {op}.")
+            else:
+                lines.append(f"The mask needs revision by {op} at the "
+                             f"{colour_phrase(colours)}.")
+        return "\n".join(lines)
+    if turn_name == "attribute_extraction_qa_distribution":
+        if case.qa_path == "revision_free":
+            return (f"Ground Truth Provided: The mask shown for {lesion} definitively does not "
+                    f"need revision. {_ABSOLUTE}")
+        result = case.turn("contour_revision_qa_revision_result")
+        if result is None or not isinstance(result.ground_truth, int):
+            raise ValueError(f"{case.key_id}: no revision result to name")
+        return (f"Ground Truth Provided: The mask that correctly reflects the requested "
+                f"modifications is the {ordinal(result.ground_truth)} mask. {_ABSOLUTE}")
+    raise ValueError(f"no oracle text before turn {turn_name!r}")
+
+
+@dataclass
+class TurnOutcome:
+    """A finished turn: raw text, parse and score."""
+
+    raw: str
+    parsed: ParsedAnswer
+    correct: bool
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A turn about to be asked.
+
+    Attributes:
+        turn: The planned turn.
+        text: The user text sent (oracle paragraph, preamble and question).
+        oracle: ``{"setting", "triggered", "prefix", "patched"}``: whether the previous step
+            was wrong, the explicit paragraph (or None) and the turns patched (implicit).
+        request: The provider request (system prompt + whole history + this turn).
+    """
+
+    turn: PlannedTurn
+    text: str
+    oracle: dict[str, Any]
+    request: TurnRequest
+
+
+@dataclass
+class Dialogue:
+    """The conversation of one case; replayable from recorded outcomes (resume).
+
+    Attributes:
+        case: The case.
+        oracle_setting: One of :data:`ORACLE_SETTINGS`.
+        system_prompt: System message text.
+        history: ``chat_history`` entries ``[text, [image paths], raw(, original raw)]``.
+        history_idx: Turn name -> index into ``history`` (``_chat_history_idx``).
+        outcomes: Turn name -> outcome.
+    """
+
+    case: EvalCase
+    oracle_setting: str
+    system_prompt: str = SYSTEM_PROMPT
+    history: list[list[Any]] = field(default_factory=list)
+    history_idx: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, TurnOutcome] = field(default_factory=dict)
+    _images: list[tuple[Path, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.oracle_setting not in ORACLE_SETTINGS:
+            raise ValueError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
+                             f"got {self.oracle_setting!r}")
+
+    @property
+    def next_turn(self) -> PlannedTurn | None:
+        """The next turn to ask, or None when the case is finished."""
+        done = len(self.history)
+        return self.case.turns[done] if done < len(self.case.turns) else None
+
+    @property
+    def finished(self) -> bool:
+        """Whether every turn of the case's path has an outcome."""
+        return self.next_turn is None
+
+    def _wrong(self, name: str) -> bool:
+        outcome = self.outcomes.get(name)
+        return outcome is not None and not outcome.correct
+
+    def _trigger(self, name: str) -> list[str]:
+        """Earlier turns whose being wrong triggers the oracle before turn ``name``."""
+        if name == "contour_evaluation_qa":
+            watched = ["detection_qa"]
+        elif name == "contour_revision_qa_expansion":
+            watched = ["contour_evaluation_qa"]
+        elif name == "contour_revision_qa_revision_result":
+            watched = ["contour_revision_qa_expansion", "contour_revision_qa_contraction"]
+        elif name == "attribute_extraction_qa_distribution":
+            watched = (["contour_evaluation_qa"] if self.case.qa_path == "revision_free"
+                       else ["contour_revision_qa_revision_result"])
+        else:
+            watched = []
+        return [w for w in watched if self._wrong(w)]
+
+    def _patch(self, name: str) -> None:
+        entry = self.history[self.history_idx[name]]
+        turn = self.case.turn(name)
+        if turn is None or len(entry) > 3:
+            return
+        original = entry[2]
+        entry[2] = answer_text(turn.ground_truth)
+        entry.append(original)
+
+    def prepare(self) -> PreparedTurn:
+        """Apply the oracle for the next turn and build its request.
+
+        Under ``implicit`` this overwrites wrong earlier assistant turns in :attr:`history`.
+
+        Raises:
+            ValueError: If the case is already finished.
+        """
+        turn = self.next_turn
+        if turn is None:
+            raise ValueError(f"{self.case.key_id}: dialogue already finished")
+        name = turn.spec.name
+        wrong = self._trigger(name)
+        prefix = None
+        patched: list[str] = []
+        if wrong and self.oracle_setting == "explicit":
+            prefix = explicit_oracle_text(self.case, name)
+        elif wrong and self.oracle_setting == "implicit":
+            for w in wrong:
+                self._patch(w)
+            patched = wrong
+        text = "\n\n".join(p for p in (prefix, turn.preamble, turn.question) if p)
+        messages = [Message("system", self.system_prompt)]
+        for entry, images in zip(self.history, self._images, strict=True):
+            messages.append(Message("user", entry[0], images))
+            messages.append(Message("assistant", entry[2]))
+        messages.append(Message("user", text, turn.images))
+        gt = turn.ground_truth
+        meta = {"num_options": turn.num_options, "multi_select": turn.multi_select,
+                "ground_truth": sorted(gt) if isinstance(gt, tuple) else gt,
+                "option_texts": list(turn.option_texts), "none_index": turn.none_index}
+        request = TurnRequest(messages=tuple(messages),
+                              request_id=f"{self.case.key_id}/{name}", meta=meta)
+        oracle = {"setting": self.oracle_setting, "triggered": bool(wrong), "prefix": prefix,
+                  "patched": patched}
+        return PreparedTurn(turn=turn, text=text, oracle=oracle, request=request)
+
+    def commit(self, prepared: PreparedTurn, outcome: TurnOutcome) -> None:
+        """Append the answered turn to the history.
+
+        Raises:
+            ValueError: If ``prepared`` is not the next turn.
+        """
+        if prepared.turn is not self.next_turn:
+            raise ValueError(f"{self.case.key_id}: {prepared.turn.spec.name} is not the next turn")
+        name = prepared.turn.spec.name
+        self.history_idx[name] = len(self.history)
+        self.history.append([prepared.text, [str(p) for p in prepared.turn.images], outcome.raw])
+        self._images.append(prepared.turn.images)
+        self.outcomes[name] = outcome

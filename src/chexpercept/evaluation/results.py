@@ -1,0 +1,96 @@
+"""Stage 03: build ``all_results.json`` entries (original_release_spec.md section 5.8).
+
+One entry per finished case.
+
+Release schema, plus an additive ``status`` key in each question's result. Stage 1 keeps its
+parsed answer under ``response`` and Stage 2 under ``responses`` (release naming, spec section 8
+item 12); unvisited stages stay ``{}``; ``chat_history`` holds raw text, with the original raw
+text as a 4th element where the implicit oracle patched a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from chexpercept.evaluation.dialogue import Dialogue
+from chexpercept.evaluation.scoring import stage_correct
+from utils.llm.base import Usage
+from utils.llm.pricing import cost_usd
+
+
+def _gt(value: int | tuple[int, ...]) -> int | list[int]:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str, Any]:
+    """The ``token_usage`` block: totals over the case's calls plus ``per_call``.
+
+    Args:
+        model_id: Model id used for pricing (spec section 5.9).
+        usages: One mapping per call with ``input_tokens``, ``cached_input_tokens``,
+            ``output_tokens`` and ``thinking_tokens``.
+    """
+    per_call = []
+    for u in usages:
+        usage = Usage(int(u.get("input_tokens", 0)), int(u.get("cached_input_tokens", 0)),
+                      int(u.get("output_tokens", 0)), int(u.get("thinking_tokens", 0)))
+        per_call.append({"input_tokens": usage.input_tokens,
+                         "cached_input_tokens": usage.cached_input_tokens,
+                         "output_tokens": usage.output_tokens,
+                         "thinking_tokens": usage.thinking_tokens,
+                         "total_tokens": usage.total_tokens,
+                         "cost_usd": cost_usd(model_id, usage)})
+    keys = ("input_tokens", "cached_input_tokens", "output_tokens", "thinking_tokens",
+            "total_tokens")
+    return {"model_id": model_id, "num_calls": len(per_call),
+            **{k: sum(c[k] for c in per_call) for k in keys},
+            "estimated_cost_usd": sum(c["cost_usd"] for c in per_call),
+            "per_call": per_call}
+
+
+def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
+                      model_id: str) -> dict[str, Any]:
+    """The ``all_results.json`` value of one finished case.
+
+    Args:
+        dialogue: A finished dialogue (every turn of its path answered).
+        usages: Token counts of its calls, in turn order.
+        model_id: Model id (``token_usage.model_id``, pricing).
+
+    Returns:
+        A JSON-ready dict in the release's key order.
+
+    Raises:
+        ValueError: If the dialogue is not finished.
+    """
+    if not dialogue.finished:
+        raise ValueError(f"{dialogue.case.key_id}: case not finished")
+    case = dialogue.case
+    out: dict[str, Any] = {"key_id": case.key_id, "qa_path": case.qa_path, "detection_qa": {},
+                           "contour_evaluation_qa": {}, "contour_revision_qa": {},
+                           "attribute_extraction_qa": {}}
+    sections: dict[str, list] = {}
+    for turn in case.turns:
+        outcome = dialogue.outcomes[turn.spec.name]
+        section = turn.spec.section
+        if turn.spec.sub is None:
+            key = "response" if section == "detection_qa" else "responses"
+            out[section] = {key: outcome.parsed.text, "ground_truth": _gt(turn.ground_truth),
+                            "correct": outcome.correct, "status": outcome.parsed.status}
+        else:
+            sections.setdefault(section, []).append((turn, outcome))
+    for section, answered in sections.items():
+        gt = {t.spec.sub: _gt(t.ground_truth) for t, _ in answered}
+        responses = {t.spec.sub: o.parsed.text for t, o in answered}
+        block: dict[str, Any] = (
+            {"ground_truth": gt, "responses": responses} if section == "contour_revision_qa"
+            else {"responses": responses, "ground_truth": gt})
+        block["correct"] = stage_correct(o.correct for _, o in answered)
+        for t, o in answered:
+            block[t.spec.sub] = {"correct": o.correct, "status": o.parsed.status}
+        out[section] = block
+    out["_chat_history_idx"] = dict(dialogue.history_idx)
+    out["token_usage"] = token_usage(model_id, usages)
+    out["chat_history"] = [list(entry) for entry in dialogue.history]
+    return out

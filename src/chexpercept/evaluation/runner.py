@@ -1,0 +1,390 @@
+"""Stage 03: stage-synchronous runner over an append-only record store.
+
+Reads planned cases (``chexpercept.json`` + bundle), writes into the run folder
+(``io.eval_run_dir``): ``run_manifest.json``, ``records.jsonl`` (one line per answered turn,
+appended and fsync'd as soon as it completes) and ``all_results.json`` (rebuilt atomically from
+the records every ``save_every`` finished cases and at the end; release schema, spec section 5.8).
+
+For turn index t = 0..8 the runner makes one ``model.generate`` call holding turn t of every
+case whose next turn is t, so an offline engine batches across cases (harness_anchors.md
+section 3.1). Re-running the same command resumes: recorded turns are never requested again and
+each conversation is rebuilt from the records (oracle patches included). A run folder whose
+manifest differs in an identity field is refused. A per-request provider failure is recorded as
+status ``error`` (scored wrong); the case goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io, schema
+from chexpercept.errors import ConfigError, ProviderError, SchemaError
+from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase, plan_cases
+from chexpercept.evaluation.dialogue import (
+    ORACLE_SETTINGS,
+    SYSTEM_PROMPT,
+    Dialogue,
+    PreparedTurn,
+    TurnOutcome,
+    system_prompt_sha256,
+)
+from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
+from chexpercept.evaluation.results import build_case_result
+from chexpercept.evaluation.scoring import is_correct
+from utils.llm.base import COMPLETION_STATUSES, ChatModel, Completion
+from utils.llm.pricing import cost_usd
+
+logger = logging.getLogger(__name__)
+
+#: Version of the dialogue + parsing protocol; bump when either changes what a run produces.
+PROTOCOL_VERSION = 1
+
+#: Manifest fields that must match for a run to be resumed.
+IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
+                   "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version")
+
+_MANIFEST_PACKAGES = ("chexpercept", "numpy", "pillow", "pydantic", "vllm", "transformers",
+                      "torch", "openai", "google-genai")
+_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What a run is (all recorded in the manifest).
+
+    Attributes:
+        provider: Provider registry name (``dummy``, ``random``, ``oracle``, ...).
+        model: Model id or alias.
+        oracle_setting: One of ``explicit``, ``implicit``, ``none`` (spec section 5.4).
+        no_thinking: The ``--no-thinking`` variant (``_no_thinking`` run folder).
+        seed: Run seed (``random`` provider; recorded for every provider).
+        save_every: Rewrite ``all_results.json`` after this many newly finished cases (>= 1).
+        system_prompt: System message of every request.
+    """
+
+    provider: str
+    model: str
+    oracle_setting: str = "implicit"
+    no_thinking: bool = False
+    seed: int = 0
+    save_every: int = 10
+    system_prompt: str = SYSTEM_PROMPT
+
+
+@dataclass
+class RunSummary:
+    """What a run did.
+
+    Attributes:
+        run_dir: The run folder.
+        all_results_path: ``all_results.json``.
+        cases_selected: Cases asked for in this invocation.
+        cases_finished: Selected cases with every turn answered.
+        turns_requested: Turns sent to the model in this invocation.
+        turns_resumed: Turns of selected cases found in the records (not requested again).
+        generate_calls: ``model.generate`` calls in this invocation.
+        statuses: Status counts over every answered turn of the selected cases.
+        usage: Token totals of this invocation's calls (``input``, ``cached_input``,
+            ``output``, ``thinking``).
+        cost_usd: Estimated cost of this invocation's calls (spec section 5.9).
+    """
+
+    run_dir: Path
+    all_results_path: Path
+    cases_selected: int = 0
+    cases_finished: int = 0
+    turns_requested: int = 0
+    turns_resumed: int = 0
+    generate_calls: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    usage: Counter = field(default_factory=Counter)
+    cost_usd: float = 0.0
+
+    def line(self) -> str:
+        """One-line summary for the end of the CLI."""
+        counts = ", ".join(f"{s}={self.statuses.get(s, 0)}" for s in schema.STATUSES)
+        return (f"cases: {self.cases_finished}/{self.cases_selected} finished; turns requested: "
+                f"{self.turns_requested} (already done: {self.turns_resumed}) in "
+                f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
+                f"input {self.usage['input']} (cached {self.usage['cached_input']}), output "
+                f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
+                f"${self.cost_usd:.4f}; output: {self.all_results_path}")
+
+
+def _redact(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if any(w in str(k).lower() for w in _SECRET_WORDS) and v
+                    else _redact(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_redact(v) for v in obj]
+    return obj
+
+
+def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> dict[str, Any]:
+    """The run manifest: identity fields (compared on resume) plus environment (not compared).
+
+    Secrets are never written: provider settings are redacted by key name.
+    """
+    if settings.oracle_setting not in ORACLE_SETTINGS:
+        raise ConfigError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
+                          f"got {settings.oracle_setting!r}")
+    return {
+        "schema_version": io.SCHEMA_VERSION,
+        "provider": settings.provider,
+        "model": settings.model,
+        "provider_settings": _redact(io.to_jsonable(model.describe())),
+        "oracle_setting": settings.oracle_setting,
+        "no_thinking": settings.no_thinking,
+        "seed": settings.seed,
+        "system_prompt_sha256": system_prompt_sha256(settings.system_prompt),
+        "benchmark_json_sha256": bundle.json_sha256,
+        "protocol_version": PROTOCOL_VERSION,
+        "benchmark_dir": str(bundle.layout.root),
+        **io.git_state(io.repo_root()),
+        "python": platform.python_version(),
+        "packages": io.package_versions(_MANIFEST_PACKAGES),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _check_manifest(path: Path, existing: dict[str, Any], new: dict[str, Any]) -> None:
+    diffs = [f"'{k}' (run folder has {existing.get(k)!r}, this command has {new.get(k)!r})"
+             for k in IDENTITY_FIELDS if existing.get(k) != new.get(k)]
+    if diffs:
+        raise ConfigError(f"{path}: cannot resume this run: field(s) differ: {'; '.join(diffs)}. "
+                          f"Use --overwrite to start afresh, or another --output-path.")
+
+
+def _open_run_dir(run_dir: Path, manifest: dict[str, Any], overwrite: bool) -> None:
+    manifest_path = io.run_manifest_path(run_dir)
+    outputs = (io.records_path(run_dir), io.all_results_path(run_dir))
+    if overwrite:
+        for path in (manifest_path, *outputs):
+            if path.exists():
+                path.unlink()
+                logger.info("--overwrite: removed %s", path)
+    if manifest_path.is_file():
+        _check_manifest(manifest_path, io.read_json(manifest_path), manifest)
+        logger.info("resuming the run in %s", run_dir)
+        return
+    leftovers = [str(p) for p in outputs if p.exists()]
+    if leftovers:
+        raise ConfigError(f"{run_dir}: holds {', '.join(leftovers)} but no run_manifest.json "
+                          f"(an older or foreign run); use --overwrite to start afresh, or "
+                          f"another --output-path.")
+    io.write_json_atomic(manifest_path, manifest)
+
+
+def _repair_records(path: Path) -> None:
+    """Drop a partial last line left by a killed writer, so appends stay line-aligned."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        logger.warning("%s: dropping an incomplete last record (%d bytes)", path, len(data) - cut)
+        io.write_bytes_atomic(path, data[:cut])
+
+
+def _load_records(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    by_case: dict[str, dict[str, dict[str, Any]]] = {}
+    for rec in io.read_jsonl(path):
+        try:
+            key_id, turn = rec["key_id"], rec["turn"]
+        except (KeyError, TypeError):
+            raise SchemaError(f"{path}: record without key_id/turn: {rec!r}") from None
+        turns = by_case.setdefault(key_id, {})
+        if turn in turns:
+            logger.warning("%s: duplicate record for %s/%s; keeping the first", path, key_id, turn)
+            continue
+        turns[turn] = rec
+    return by_case
+
+
+@dataclass
+class _CaseState:
+    dialogue: Dialogue
+    usages: list[dict[str, int]] = field(default_factory=list)
+
+
+def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
+    answer = rec.get("answer")
+    parsed = ParsedAnswer(tuple(answer) if answer else None, rec["status"],
+                          rec.get("detail", ""))
+    return TurnOutcome(raw=rec.get("raw", ""), parsed=parsed, correct=bool(rec["correct"]))
+
+
+def _replay(state: _CaseState, records: dict[str, dict[str, Any]]) -> int:
+    """Rebuild a conversation from its records; returns the number of turns replayed."""
+    dialogue = state.dialogue
+    replayed = 0
+    while (turn := dialogue.next_turn) is not None and turn.spec.name in records:
+        rec = records[turn.spec.name]
+        dialogue.commit(dialogue.prepare(), _outcome_from_record(rec))
+        state.usages.append(dict(rec.get("usage") or {}))
+        replayed += 1
+    unused = set(records) - set(dialogue.history_idx)
+    if unused:
+        logger.warning("%s: ignoring record(s) %s that do not follow the recorded turns",
+                       dialogue.case.key_id, sorted(unused))
+    return replayed
+
+
+def _record(prepared: PreparedTurn, completion: Completion, parsed: ParsedAnswer,
+            correct: bool, key_id: str, batch_latency_s: float) -> dict[str, Any]:
+    usage = completion.usage
+    return {
+        "key_id": key_id,
+        "turn": prepared.turn.spec.name,
+        "turn_index": prepared.turn.spec.index,
+        "request_id": prepared.request.request_id,
+        "raw": completion.text or "",
+        "parsed": parsed.text,
+        "answer": list(parsed.answer) if parsed.answer else None,
+        "status": parsed.status,
+        "detail": parsed.detail,
+        "correct": correct,
+        "completion_status": completion.status,
+        "finish_reason": completion.finish_reason,
+        "error": completion.error,
+        "latency_s": completion.latency_s,
+        "batch_latency_s": batch_latency_s,
+        "usage": {"input_tokens": usage.input_tokens,
+                  "cached_input_tokens": usage.cached_input_tokens,
+                  "output_tokens": usage.output_tokens,
+                  "thinking_tokens": usage.thinking_tokens},
+        "oracle": prepared.oracle,
+    }
+
+
+def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[ParsedAnswer, bool]:
+    """Parse and score one completion of a prepared turn."""
+    turn = prepared.turn
+    status = completion.status if completion.status in COMPLETION_STATUSES else ERROR
+    parsed = parse_answer(completion.text, num_options=turn.num_options,
+                          multi_select=turn.multi_select, option_texts=turn.option_texts,
+                          none_index=turn.none_index, finish_reason=completion.finish_reason,
+                          completion_status=status)
+    return parsed, is_correct(parsed, turn.ground_truth, multi_select=turn.multi_select)
+
+
+def _write_all_results(path: Path, states: Iterable[_CaseState], model_id: str) -> int:
+    results = {s.dialogue.case.key_id: build_case_result(s.dialogue, s.usages, model_id)
+               for s in states if s.dialogue.finished}
+    data = io.to_jsonable(results)
+    schema.parse_all_results(data, path)
+    io.write_json_atomic(path, data)
+    return len(results)
+
+
+def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
+                   settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
+                   progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
+    """Run (or resume) the evaluation of ``cases`` and write the run folder.
+
+    Args:
+        bundle: The loaded benchmark (key order and JSON hash).
+        cases: Validated, planned cases to evaluate (see ``validate_bundle``).
+        model: The provider; ``generate`` is called once per turn index that has work.
+        settings: Run identity and checkpointing.
+        run_dir: ``io.eval_run_dir(...)``.
+        overwrite: Delete an earlier run's manifest, records and results first.
+        progress: Optional wrapper of the turn-index loop (``utils.cli.progress``).
+
+    Returns:
+        The run summary.
+
+    Raises:
+        ConfigError: If the run folder holds a run with a different manifest (names the field).
+        ProviderError: If the provider returns a wrong number of completions.
+        SchemaError: If ``records.jsonl`` is corrupt.
+    """
+    run_dir = Path(run_dir)
+    if settings.save_every < 1:
+        raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
+    _open_run_dir(run_dir, build_manifest(settings, model, bundle), overwrite)
+    records_file = io.records_path(run_dir)
+    results_file = io.all_results_path(run_dir)
+    _repair_records(records_file)
+    records = _load_records(records_file)
+
+    selected = {c.key_id for c in cases}
+    extra_keys = [k for k in records if k not in selected and k in bundle.items]
+    foreign = [k for k in records if k not in bundle.items]
+    if foreign:
+        logger.warning("records.jsonl has %d case(s) not in the benchmark (ignored), e.g. %s",
+                       len(foreign), foreign[0])
+    planned = {c.key_id: c for c in (*cases, *plan_cases(bundle, extra_keys))}
+    states = {key_id: _CaseState(Dialogue(planned[key_id], settings.oracle_setting,
+                                          settings.system_prompt))
+              for key_id in bundle.items if key_id in planned}
+    summary = RunSummary(run_dir=run_dir, all_results_path=results_file,
+                         cases_selected=len(cases))
+    for key_id, state in states.items():
+        replayed = _replay(state, records.get(key_id, {}))
+        if key_id in selected:
+            summary.turns_resumed += replayed
+    if summary.turns_resumed:
+        logger.info("resume: %d turn(s) already recorded; not requested again",
+                    summary.turns_resumed)
+
+    active_states = [states[c.key_id] for c in cases]
+    turn_indices: Iterable[int] = range(NUM_TURNS)
+    if progress is not None:
+        turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
+    unsaved = 0
+    dirty = False
+    try:
+        for t in turn_indices:
+            batch = [s for s in active_states
+                     if (nt := s.dialogue.next_turn) is not None and nt.spec.index == t]
+            if not batch:
+                continue
+            prepared = [s.dialogue.prepare() for s in batch]
+            started = time.perf_counter()
+            completions = model.generate([p.request for p in prepared])
+            elapsed = time.perf_counter() - started
+            summary.generate_calls += 1
+            if len(completions) != len(prepared):
+                raise ProviderError(f"provider {settings.provider} returned {len(completions)} "
+                                    f"completion(s) for {len(prepared)} request(s)")
+            for state, prep, completion in zip(batch, prepared, completions, strict=True):
+                parsed, correct = score_completion(prep, completion)
+                io.append_jsonl(records_file, _record(prep, completion, parsed, correct,
+                                                      state.dialogue.case.key_id, elapsed))
+                state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct))
+                usage = completion.usage
+                state.usages.append(
+                    {"input_tokens": usage.input_tokens,
+                     "cached_input_tokens": usage.cached_input_tokens,
+                     "output_tokens": usage.output_tokens,
+                     "thinking_tokens": usage.thinking_tokens})
+                summary.usage.update(input=usage.input_tokens,
+                                     cached_input=usage.cached_input_tokens,
+                                     output=usage.output_tokens,
+                                     thinking=usage.thinking_tokens)
+                summary.cost_usd += cost_usd(settings.model, usage)
+                summary.turns_requested += 1
+                dirty = True
+                if state.dialogue.finished:
+                    unsaved += 1
+            logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
+                        TURNS[t].name, len(batch), elapsed)
+            if unsaved >= settings.save_every:
+                n = _write_all_results(results_file, states.values(), settings.model)
+                logger.info("checkpoint: %d finished case(s) in %s", n, results_file)
+                unsaved, dirty = 0, False
+    finally:
+        if dirty or not results_file.exists():
+            _write_all_results(results_file, states.values(), settings.model)
+    for state in active_states:
+        summary.cases_finished += state.dialogue.finished
+        summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
+    return summary

@@ -1,0 +1,107 @@
+"""Baseline providers, the provider registry, stable hashing and pricing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from chexpercept.rng import stable_hash as core_stable_hash
+from utils.errors import ConfigError
+from utils.llm import PROVIDERS, create_model, default_model
+from utils.llm._hashing import stable_hash
+from utils.llm.base import Message, TurnRequest, Usage
+from utils.llm.pricing import cost_usd
+
+
+def _request(request_id, *, n=4, multi=False, gt=1, none_index=None):
+    return TurnRequest(messages=(Message("user", "q"),), request_id=request_id,
+                       meta={"num_options": n, "multi_select": multi, "ground_truth": gt,
+                             "option_texts": [str(i) for i in range(1, n + 1)],
+                             "none_index": none_index})
+
+
+def _indices(text):
+    assert text.startswith("Answer: ")
+    return tuple(int(x) for x in text.removeprefix("Answer: ").split(","))
+
+
+def test_dummy_always_answers_one():
+    model = create_model("dummy")
+    assert model.model == "baseline"
+    out = model.generate([_request("a"), _request("b", multi=True, gt=[2])])
+    assert [c.text for c in out] == ["1", "1"] and all(c.status == "ok" for c in out)
+
+
+def test_oracle_answers_ground_truth():
+    out = create_model("oracle").generate([_request("a", gt=3),
+                                           _request("b", multi=True, gt=[4, 2])])
+    assert [c.text for c in out] == ["Answer: 3", "Answer: 2,4"]
+
+
+def test_random_is_reproducible_per_request_and_seed():
+    reqs = [_request(f"case{i}/detection_qa") for i in range(50)]
+    a = [c.text for c in create_model("random", seed=7).generate(reqs)]
+    b = [c.text for c in create_model("random", seed=7).generate(reqs[::-1])][::-1]
+    c = [c.text for c in create_model("random", seed=8).generate(reqs)]
+    assert a == b  # independent of batch order
+    assert a != c
+
+
+def test_random_single_choice_is_uniform_over_options():
+    model = create_model("random", seed=0)
+    counts = Counter(_indices(c.text) for c in model.generate(
+        [_request(f"k{i}", n=3) for i in range(3000)]))
+    assert set(counts) == {(1,), (2,), (3,)}
+    assert all(800 < v < 1200 for v in counts.values())
+
+
+def test_random_multi_select_is_uniform_over_valid_sets():
+    model = create_model("random", seed=0)
+    # location: 3 regions + None -> 7 non-empty subsets + {None} = 8 sets
+    counts = Counter(_indices(c.text) for c in model.generate(
+        [_request(f"k{i}", n=4, multi=True, gt=[4], none_index=4) for i in range(4000)]))
+    assert len(counts) == 8
+    assert (4,) in counts and not any(4 in s and len(s) > 1 for s in counts)
+    assert all(350 < v < 650 for v in counts.values())
+    # without a None option only non-empty subsets are drawn
+    counts = Counter(_indices(c.text) for c in model.generate(
+        [_request(f"j{i}", n=2, multi=True, gt=[1]) for i in range(300)]))
+    assert set(counts) == {(1,), (2,), (1, 2)}
+
+
+def test_registry_defaults_and_unavailable_providers():
+    assert default_model("dummy") == "baseline" and default_model("opensource") == "medgemma1.5"
+    for name in ("opensource", "transformers", "openai", "azure", "gemini"):
+        assert name in PROVIDERS
+        with pytest.raises(ConfigError, match=f"provider '{name}' is not available in this "
+                                              f"version.*available providers: dummy, random, "
+                                              f"oracle"):
+            create_model(name, "some-model")
+    with pytest.raises(ConfigError, match="unknown provider 'gpt'"):
+        create_model("gpt")
+
+
+def test_stable_hash_matches_core():
+    for label in ("", "a", "effusion_s1_positive_0/detection_qa"):
+        assert stable_hash(label) == core_stable_hash(label)
+
+
+def test_pricing():
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
+    assert cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # release defect 28 fixed
+    assert cost_usd("gpt-5.4-nano-2026", usage) == pytest.approx(1.45)  # longest key wins
+    assert cost_usd("medgemma1.5", usage) == 0.0
+    cached = Usage(input_tokens=1_000_000, cached_input_tokens=1_000_000, output_tokens=0)
+    assert cost_usd("gpt-5.4", cached) == pytest.approx(0.25)
+
+
+def test_imports_load_no_heavy_dependency():
+    code = ("import sys, chexpercept.evaluation, utils.llm, utils.llm.registry, "
+            "utils.llm.baselines; heavy = {'torch', 'vllm', 'transformers', 'openai', "
+            "'google.genai', 'sam2'}; print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

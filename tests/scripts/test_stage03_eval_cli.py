@@ -1,0 +1,99 @@
+"""CLI smoke tests of src/03_eval_vlm_on_chexpercept/00_eval.py, called in-process via runpy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from chexpercept import io, schema
+from utils.cli import run_main
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"
+_spec = importlib.util.spec_from_file_location(
+    "stage03_bundle", ROOT / "tests" / "evaluation" / "stage03_bundle.py")
+stage03_bundle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stage03_bundle)
+
+
+@pytest.fixture(scope="module")
+def main():
+    return runpy.run_path(str(SCRIPT), run_name="stage03_eval")["main"]
+
+
+@pytest.fixture()
+def bench(tmp_path):
+    return stage03_bundle.write_bundle(tmp_path / "bench")
+
+
+def _args(bench, out, *extra):
+    return ["--benchmark-dir", str(bench), "--output-path", str(out), "--no-progress", *extra]
+
+
+def test_oracle_run_writes_release_layout_and_resumes(main, bench, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_main(main, _args(bench, out, "--provider", "oracle")) == 0
+    run_dir = out / "oracle_baseline" / "oracle_implicit"
+    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    schema.parse_all_results(results, run_dir)
+    assert list(results) == list(stage03_bundle.CASES)
+    assert all(r["detection_qa"]["correct"] for r in results.values())
+    assert io.records_path(run_dir).is_file() and io.run_manifest_path(run_dir).is_file()
+    assert any(run_dir.joinpath("logs").iterdir())
+    capsys.readouterr()
+    assert run_main(main, _args(bench, out, "--provider", "oracle", "--resume")) == 0
+    err = capsys.readouterr().err
+    assert "turns requested: 0 (already done: 33)" in err
+    assert f"output: {io.all_results_path(run_dir)}" in err
+
+
+def test_debug_flags_and_aliases(main, bench, tmp_path):
+    out = tmp_path / "out"
+    argv = _args(bench, out, "--debug", "--oracle-setting", "none", "--no-thinking",
+                 "--per-path-limit", "1", "--seed", "3", "--save_every", "1")
+    assert run_main(main, argv) == 0
+    run_dir = out / "dummy_baseline_no_thinking" / "oracle_none"
+    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    assert [r["qa_path"] for r in results.values()] == ["revision_required", "revision_free",
+                                                        "lesion_free"]
+    manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
+    assert manifest["seed"] == 3 and manifest["no_thinking"] is True
+
+
+def test_validate_only_names_key_id_and_path(main, bench, tmp_path, capsys):
+    missing = (bench / "chexpercept" / "effusion_s50000001_positive_0" /
+               "contour_qa" / "contour_revision_qa" / "option_2.png")
+    missing.unlink()
+    out = tmp_path / "out"
+    assert run_main(main, _args(bench, out, "--provider", "random", "--validate-only")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "effusion_s50000001_positive_0" in err and str(missing) in err
+    assert "Traceback" not in err
+    # the run refuses to start too: a case is never asked with fewer images
+    assert run_main(main, _args(bench, out, "--provider", "random")) == 2
+    assert not out.exists()
+
+
+def test_validate_only_ok(main, bench, tmp_path, capsys):
+    assert run_main(main, _args(bench, tmp_path / "out", "--provider", "dummy",
+                                "--validate-only")) == 0
+    assert "is valid: 7 case(s) checked" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("provider", ["opensource", "openai", "gemini"])
+def test_unavailable_provider_is_a_clean_error(main, bench, tmp_path, capsys, provider):
+    assert run_main(main, _args(bench, tmp_path / "out", "--provider", provider)) == 2
+    err = capsys.readouterr().err
+    assert f"provider '{provider}' is not available in this version" in err
+    assert "Traceback" not in err
+
+
+def test_default_provider_without_api_keys_file(main, bench, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no api_info/api_keys.yaml anywhere (release defect 21)
+    assert run_main(main, _args(bench, tmp_path / "out", "--provider", "random")) == 0

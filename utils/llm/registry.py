@@ -1,0 +1,98 @@
+"""Provider registry: short lowercase names -> ``"module:Class"``, imported only when created.
+
+Importing this module loads no SDK. A provider whose module is not part of this version gives a
+``ConfigError`` naming the providers that are available, not a stack trace.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+from utils.errors import ConfigError
+from utils.llm.base import ChatModel
+
+#: Every registered provider name and its implementation (``module:Class``).
+PROVIDERS: dict[str, str] = {
+    "dummy": "utils.llm.baselines:DummyModel",
+    "random": "utils.llm.baselines:RandomModel",
+    "oracle": "utils.llm.baselines:OracleModel",
+    "opensource": "utils.llm.vllm_provider:VLLMChatModel",
+    "transformers": "utils.llm.hf_provider:TransformersChatModel",
+    "openai": "utils.llm.openai_provider:OpenAIChatModel",
+    "azure": "utils.llm.openai_provider:AzureOpenAIChatModel",
+    "gemini": "utils.llm.gemini_provider:GeminiChatModel",
+}
+
+#: Providers that call no model; their default ``--model`` is ``baseline``.
+BASELINE_PROVIDERS: tuple[str, ...] = ("dummy", "random", "oracle")
+
+#: Default ``--model`` for providers that serve real models (the release's default alias).
+DEFAULT_MODEL = "medgemma1.5"
+BASELINE_MODEL = "baseline"
+
+
+def default_model(provider: str) -> str:
+    """The ``--model`` used when none is given: ``baseline`` for baselines, else ``medgemma1.5``."""
+    return BASELINE_MODEL if provider in BASELINE_PROVIDERS else DEFAULT_MODEL
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def available_providers() -> list[str]:
+    """Registered providers whose implementation module ships with this version."""
+    return [name for name, target in PROVIDERS.items() if _module_exists(target.split(":")[0])]
+
+
+def provider_class(name: str) -> type[ChatModel]:
+    """Resolve a provider name to its class (imports the module, not the SDK).
+
+    Args:
+        name: A key of :data:`PROVIDERS`.
+
+    Returns:
+        The :class:`~utils.llm.base.ChatModel` subclass.
+
+    Raises:
+        ConfigError: For an unknown name, or a registered provider whose module is not part of
+            this version ("not available in this version").
+    """
+    available = ", ".join(available_providers())
+    if name not in PROVIDERS:
+        raise ConfigError(f"unknown provider '{name}'; registered providers: "
+                          f"{', '.join(PROVIDERS)} (available in this version: {available})")
+    module_name, class_name = PROVIDERS[name].split(":")
+    if not _module_exists(module_name):
+        raise ConfigError(f"provider '{name}' is not available in this version of CheXpercept "
+                          f"(its module {module_name} is not part of this version); "
+                          f"available providers: {available}")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name, None)
+    if cls is None or not (isinstance(cls, type) and issubclass(cls, ChatModel)):
+        raise ConfigError(f"provider '{name}': {PROVIDERS[name]} is not a ChatModel class")
+    return cls
+
+
+def create_model(name: str, model: str | None = None, **options: Any) -> ChatModel:
+    """Create a provider's model.
+
+    Args:
+        name: Provider name (a key of :data:`PROVIDERS`).
+        model: Model id or alias; None uses :func:`default_model`.
+        **options: Provider options (e.g. ``seed`` for ``random``, ``no_thinking``); each
+            provider ignores the ones it does not use.
+
+    Returns:
+        A ready :class:`~utils.llm.base.ChatModel`.
+
+    Raises:
+        ConfigError: See :func:`provider_class`.
+    """
+    cls = provider_class(name)
+    return cls(model or default_model(name), **options)
