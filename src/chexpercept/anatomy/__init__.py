@@ -1,0 +1,29 @@
+"""Stage 01 anatomy: lungs, zones and the 20 lung regions, and lesion-overlap geometry.
+
+Reads CheXmask-U / CXAS masks (``chexmasku_pred/``, ``cxas_pred/``) and builds the anatomy that
+``deformation_results.json`` (``geometrical_mask_infos``) and Stage 02 refer to
+(original_release_spec.md sections 3.1-3.2).
+"""
+
+from chexpercept.anatomy.masks import CaseAnatomy, build_case_anatomy, build_lungs
+from chexpercept.anatomy.names import LUNG_REGION_NAMES, ZONE_NAMES, ZONE_SOURCES
+from chexpercept.anatomy.overlap import geometrical_mask_info, overlapping_anatomy
+from chexpercept.anatomy.provided import (
+    ANATOMY_BACKENDS,
+    load_case_anatomy,
+    prepare_provided_anatomy,
+)
+
+__all__ = [
+    "ANATOMY_BACKENDS",
+    "CaseAnatomy",
+    "LUNG_REGION_NAMES",
+    "ZONE_NAMES",
+    "ZONE_SOURCES",
+    "build_case_anatomy",
+    "build_lungs",
+    "geometrical_mask_info",
+    "load_case_anatomy",
+    "overlapping_anatomy",
+    "prepare_provided_anatomy",
+]

@@ -1,0 +1,230 @@
+"""Stage 01.00/01.01 anatomy I/O: provided masks -> ``chexmasku_pred/``, ``cxas_pred/``.
+
+Validates and copies the provided masks into the Stage-01 outputs and loads one case's anatomy.
+
+Layouts (original_release_spec.md section 3.1): CheXmask-U ``<dicom>/{right_lung,left_lung,
+heart}.png``; CXAS ``<dicom>/<class name>.png`` (class names contain spaces).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from chexpercept.anatomy.masks import CaseAnatomy, build_case_anatomy, build_lungs
+from chexpercept.anatomy.names import (
+    CHEXMASK_FILES,
+    LUNG_NAMES,
+    ZONE_NAMES,
+    ZONE_SOURCE_CXAS,
+    ZONE_SOURCE_THIRDS,
+    ZONE_SOURCES,
+)
+from chexpercept.errors import ConfigError, InputError
+from chexpercept.io import anatomy_mask_path, read_mask, write_mask
+
+logger = logging.getLogger(__name__)
+
+ANATOMY_BACKENDS: tuple[str, ...] = ("provided", "models")
+"""``anatomy.backend`` choices."""
+
+#: CheXmask-U files the pipeline reads (heart is copied when present but unused; spec 3.1).
+CHEXMASK_REQUIRED: tuple[str, ...] = (CHEXMASK_FILES["right"], CHEXMASK_FILES["left"])
+CHEXMASK_OPTIONAL: tuple[str, ...] = (CHEXMASK_FILES["heart"],)
+#: CXAS lung classes the pipeline reads (spec section 3.1).
+CXAS_LUNGS: tuple[str, ...] = (LUNG_NAMES["right"], LUNG_NAMES["left"])
+
+_MAX_LISTED = 40
+
+
+def check_zone_source(zone_source: str) -> str:
+    """Validate ``mask_deformation.zone_mask_source``.
+
+    The release treats any value other than ``chex_vertical_thirds`` as "CXAS"; a typo would
+    silently switch the zone source, so only the two names are accepted.
+
+    Raises:
+        ConfigError: For any other value (listing the valid ones).
+    """
+    if zone_source not in ZONE_SOURCES:
+        raise ConfigError(f"mask_deformation.zone_mask_source: unknown value {zone_source!r}; "
+                          f"expected one of {', '.join(ZONE_SOURCES)}")
+    return zone_source
+
+
+def cxas_files(zone_source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(required, optional)`` CXAS class names for a zone source.
+
+    The six zone PNGs are required only when ``zone_source`` is ``cxas`` (fixes release
+    defect 2: they, and ``path.cxas_mask_path``, are otherwise not needed).
+    """
+    if check_zone_source(zone_source) == ZONE_SOURCE_CXAS:
+        return CXAS_LUNGS + ZONE_NAMES, ()
+    return CXAS_LUNGS, ZONE_NAMES
+
+
+def _raise_missing(missing: Sequence[str], what: str, fix: str) -> None:
+    if not missing:
+        return
+    listed = missing[:_MAX_LISTED]
+    more = f"\n  ... and {len(missing) - _MAX_LISTED} more" if len(missing) > _MAX_LISTED else ""
+    raise InputError(f"{len(missing)} {what} missing ({fix}):\n  " + "\n  ".join(listed) + more)
+
+
+def find_missing(dicom_ids: Iterable[str], folder: Path, names: Sequence[str],
+                 label: str) -> list[str]:
+    """Lines ``<label> dicom <id>: <path>`` for every required mask file that does not exist."""
+    return [f"{label} dicom {d}: {anatomy_mask_path(folder, d, n)}"
+            for d in dicom_ids for n in names if not anatomy_mask_path(folder, d, n).is_file()]
+
+
+@dataclass
+class AnatomyPrepSummary:
+    """Counts of a 01.00 run (the stage's summary line)."""
+
+    processed: int = 0
+    skipped_done: int = 0
+    files_written: int = 0
+    dicom_ids: list[str] = field(default_factory=list)
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def prepare_provided_anatomy(
+    dicom_ids: Sequence[str], *, chexmask_src: str | Path | None, cxas_src: str | Path | None,
+    chexmask_out: Path, cxas_out: Path, zone_source: str,
+) -> AnatomyPrepSummary:
+    """Backend ``provided`` of 01.00: validate the provided masks and copy them, resized to 1024.
+
+    Every unique dicom (duplicates are processed once; release defect 24) gets the required
+    CheXmask-U (``right_lung``, ``left_lung``) and CXAS (``right lung``, ``left lung``, plus the
+    six zones when ``zone_source`` is ``cxas``) files, and the optional ones (``heart``, CXAS zones)
+    when present. Masks are resized (nearest) to 1024 × 1024 and written as 0/255 L PNGs,
+    atomically. A dicom whose outputs all exist is skipped (resume). When a source folder is the
+    output folder, files are only validated.
+
+    Args:
+        dicom_ids: dicom ids (duplicates allowed).
+        chexmask_src: Provided CheXmask-U folder (config ``path.chexmask_path``).
+        cxas_src: Provided CXAS folder (config ``path.cxas_mask_path``).
+        chexmask_out: Stage-01 ``chexmasku_pred/``.
+        cxas_out: Stage-01 ``cxas_pred/``.
+        zone_source: ``mask_deformation.zone_mask_source``.
+
+    Returns:
+        The run's counts.
+
+    Raises:
+        ConfigError: If a source folder is not configured.
+        InputError: Listing every missing required file (dicom and path) at once.
+    """
+    problems = []
+    if not chexmask_src:
+        problems.append("path.chexmask_path (CheXmask-U masks <dicom>/{right_lung,left_lung}.png)")
+    if not cxas_src:
+        problems.append("path.cxas_mask_path (CXAS masks <dicom>/<class name>.png)")
+    if problems:
+        raise ConfigError("anatomy.backend 'provided' needs " + " and ".join(problems)
+                          + " in the config")
+    chex_src, cx_src = Path(chexmask_src), Path(cxas_src)  # type: ignore[arg-type]
+    unique = list(dict.fromkeys(dicom_ids))
+    cx_required, cx_optional = cxas_files(zone_source)
+    missing = (find_missing(unique, chex_src, CHEXMASK_REQUIRED, "CheXmask-U")
+               + find_missing(unique, cx_src, cx_required, "CXAS"))
+    _raise_missing(missing, "anatomy mask file(s)",
+                   "anatomy.backend 'provided' reads path.chexmask_path and path.cxas_mask_path")
+    summary = AnatomyPrepSummary(dicom_ids=unique)
+    for dicom in unique:
+        jobs = []
+        for src, dst, req, opt in ((chex_src, chexmask_out, CHEXMASK_REQUIRED, CHEXMASK_OPTIONAL),
+                                   (cx_src, cxas_out, cx_required, cx_optional)):
+            if _same_dir(src, dst):
+                continue
+            for name in list(req) + [n for n in opt if anatomy_mask_path(src, dicom, n).is_file()]:
+                jobs.append((anatomy_mask_path(src, dicom, name),
+                             anatomy_mask_path(dst, dicom, name)))
+        if all(dst.is_file() for _, dst in jobs):
+            summary.skipped_done += 1
+            continue
+        for src_path, dst_path in jobs:
+            write_mask(dst_path, read_mask(src_path))
+            summary.files_written += 1
+        summary.processed += 1
+    return summary
+
+
+def models_backend_unavailable() -> ConfigError:
+    """The error for ``anatomy.backend: models`` (CheXmask-U/CXAS inference is a later issue)."""
+    return ConfigError(
+        "anatomy.backend 'models' (running CheXmask-U HybridGNet and CXAS) is not implemented in "
+        "this version; set anatomy.backend: provided and point path.chexmask_path and "
+        "path.cxas_mask_path at precomputed masks (<dicom>/{right_lung,left_lung,heart}.png and "
+        "<dicom>/<class name>.png)"
+    )
+
+
+def load_case_anatomy(
+    dicom_id: str, lesion: np.ndarray, *, with_regions: bool, chexmask_dir: str | Path,
+    cxas_dir: str | Path, zone_source: str = ZONE_SOURCE_THIRDS,
+    cxas_zone_dir: str | Path | None = None,
+) -> CaseAnatomy:
+    """Read one case's anatomy masks and build lungs, zones and lung regions.
+
+    Args:
+        dicom_id: The case's dicom id.
+        lesion: (1024, 1024) bool optimal combined lesion mask (OR-ed into the lungs it touches).
+        with_regions: Build the 20 lung regions (False for cardiomegaly).
+        chexmask_dir: CheXmask-U folder (``<dicom>/{left,right}_lung.png``).
+        cxas_dir: CXAS folder for the lungs (``<dicom>/{left,right} lung.png``).
+        zone_source: ``chex_vertical_thirds`` or ``cxas``.
+        cxas_zone_dir: CXAS folder for the zone PNGs (config ``path.cxas_mask_path``); read only
+            when ``zone_source`` is ``cxas``.
+
+    Returns:
+        The case's :class:`CaseAnatomy`.
+
+    Raises:
+        ConfigError: If ``zone_source`` is ``cxas`` and ``cxas_zone_dir`` is not set.
+        InputError: Naming the dicom and every missing file.
+    """
+    use_cxas_zones = check_zone_source(zone_source) == ZONE_SOURCE_CXAS
+    if use_cxas_zones and not cxas_zone_dir:
+        raise ConfigError("mask_deformation.zone_mask_source is 'cxas', so path.cxas_mask_path "
+                          "(CXAS masks <dicom>/<zone name>.png) must be set in the config")
+    chex, cx = Path(chexmask_dir), Path(cxas_dir)
+    missing = (find_missing([dicom_id], chex, CHEXMASK_REQUIRED, "CheXmask-U")
+               + find_missing([dicom_id], cx, CXAS_LUNGS, "CXAS"))
+    if use_cxas_zones:
+        missing += find_missing([dicom_id], Path(str(cxas_zone_dir)), ZONE_NAMES, "CXAS zone")
+    _raise_missing(missing, "anatomy mask file(s)",
+                   "run 01.00 00_generate_anatomy_mask.py or pass --chexmask-dir/--cxas-dir")
+    left, right = build_lungs(
+        read_mask(anatomy_mask_path(chex, dicom_id, CHEXMASK_FILES["left"])),
+        read_mask(anatomy_mask_path(chex, dicom_id, CHEXMASK_FILES["right"])),
+        read_mask(anatomy_mask_path(cx, dicom_id, LUNG_NAMES["left"])),
+        read_mask(anatomy_mask_path(cx, dicom_id, LUNG_NAMES["right"])),
+        lesion,
+    )
+    cxas_zones = None
+    if use_cxas_zones:
+        cxas_zones = {z: read_mask(anatomy_mask_path(str(cxas_zone_dir), dicom_id, z))
+                      for z in ZONE_NAMES}
+    return build_case_anatomy(left, right, with_regions=with_regions, cxas_zones=cxas_zones)
+
+
+__all__ = [
+    "ANATOMY_BACKENDS",
+    "AnatomyPrepSummary",
+    "check_zone_source",
+    "cxas_files",
+    "find_missing",
+    "load_case_anatomy",
+    "models_backend_unavailable",
+    "prepare_provided_anatomy",
+]

@@ -1,0 +1,37 @@
+"""Stage 01.01 deformation: writes ``deformed_masks/<key_id>/`` and ``deformation_results.json``.
+
+Optimal masks, verified local expansion/contraction edits, the sequential QA deformation chain
+and distractors (original_release_spec.md sections 3.2-3.5).
+"""
+
+from chexpercept.deformation.morphological import (
+    CaseDeformation,
+    CaseFailure,
+    DeformationParams,
+    deform_case,
+    optimal_components,
+)
+from chexpercept.deformation.pipeline import (
+    DEFORMATION_BACKENDS,
+    DeformationSettings,
+    DeformationSummary,
+    DeformationTask,
+    build_tasks,
+    check_backend,
+    run_deformation,
+)
+
+__all__ = [
+    "DEFORMATION_BACKENDS",
+    "CaseDeformation",
+    "CaseFailure",
+    "DeformationParams",
+    "DeformationSettings",
+    "DeformationSummary",
+    "DeformationTask",
+    "build_tasks",
+    "check_backend",
+    "deform_case",
+    "optimal_components",
+    "run_deformation",
+]

@@ -1,0 +1,362 @@
+"""Stage 01.01 driver: per-case deformation, resume, process pool, ``deformation_results.json``.
+
+Also writes ``deformation_results/summary.json``.
+
+Reads candidate masks (``rosalia_pred/<target>/<pair_id>/pred_mask.png``), anatomy masks
+(``chexmasku_pred/``, ``cxas_pred/``); writes ``deformed_masks/<key_id>/*.png`` and
+``deformation_results/items/<key_id>.json`` per finished case (original_release_spec.md
+sections 3.2-3.5; fixes release defects 19 and 20: per-item writes, resume, failures recorded).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import shutil
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chexpercept.anatomy.provided import load_case_anatomy
+from chexpercept.deformation.morphological import (
+    CaseFailure,
+    DeformationParams,
+    deform_case,
+    optimal_components,
+)
+from chexpercept.errors import ConfigError, InputError
+from chexpercept.io import (
+    DeformationLayout,
+    read_json,
+    read_mask,
+    write_json_atomic,
+    write_mask,
+)
+from chexpercept.lesions import validate_lesion
+from chexpercept.rng import rng_for
+from chexpercept.schema import parse_deformation_results
+
+logger = logging.getLogger(__name__)
+
+DEFORMATION_BACKENDS: tuple[str, ...] = ("morphological", "sam3", "sam2")
+"""``mask_deformation.backend`` choices (only ``morphological`` is implemented)."""
+
+#: Indentation of ``deformation_results.json`` (the release writes indent 4; spec 3.2).
+RESULTS_INDENT = 4
+
+REASON_MISSING_INPUT = "missing_input"
+REASON_UNEXPECTED = "unexpected_error"
+
+
+def check_backend(backend: str) -> None:
+    """Raise for deformation backends that are not available in this version.
+
+    Raises:
+        ConfigError: For ``sam3``/``sam2`` (model-based refinement is a later issue) or an unknown
+            name.
+    """
+    if backend == "morphological":
+        return
+    if backend in ("sam3", "sam2"):
+        raise ConfigError(
+            f"mask_deformation.backend '{backend}' (SAM-prompted deformation) is not implemented "
+            "in this version; set mask_deformation.backend: morphological (CPU, no model weights)"
+        )
+    raise ConfigError(f"mask_deformation.backend: unknown value {backend!r}; expected one of "
+                      f"{', '.join(DEFORMATION_BACKENDS)}")
+
+
+@dataclass(frozen=True)
+class DeformationTask:
+    """One accepted case of the positive sheet (picklable, sent to workers).
+
+    Attributes:
+        key_id: ``<lesion>_<pair_id>``.
+        dicom_id: The CXR's dicom id.
+        lesion: The sheet's ``target``.
+        candidate_mask: Path of the candidate (ROSALIA-layout) mask.
+        cxr_path: Path of the CXR (``<mimic_cxr_path>/<dicom_id>.png``; checked to exist).
+    """
+
+    key_id: str
+    dicom_id: str
+    lesion: str
+    candidate_mask: str
+    cxr_path: str
+
+
+@dataclass(frozen=True)
+class DeformationSettings:
+    """Everything a worker needs besides the task (picklable).
+
+    Attributes:
+        out_dir: Stage-01 output root (:class:`~chexpercept.io.DeformationLayout`).
+        seed: Config seed; each case uses ``rng_for(seed, "deformation", key_id)``.
+        params: Backend parameters.
+        chexmask_dir: CheXmask-U folder.
+        cxas_dir: CXAS folder (lungs).
+        zone_source: ``mask_deformation.zone_mask_source``.
+        cxas_zone_dir: CXAS folder for zones (``path.cxas_mask_path``), used for ``cxas`` zones.
+    """
+
+    out_dir: str
+    seed: int
+    params: DeformationParams
+    chexmask_dir: str
+    cxas_dir: str
+    zone_source: str
+    cxas_zone_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """What happened to one case (returned by workers)."""
+
+    key_id: str
+    status: str  # "done", "skipped", "failed"
+    reason: str = ""
+    detail: str = ""
+    qa_deformation_success: bool | None = None
+
+
+def build_tasks(
+    rows: Sequence[Mapping[str, str]], accepted: Sequence[str], *, sheet_path: str | Path,
+    candidate_root: str | Path, cxr_dir: str | Path,
+) -> list[DeformationTask]:
+    """Tasks for the accepted key_ids, in sheet order.
+
+    Args:
+        rows: Positive-sheet rows (``key_id``, ``dicom_id``, ``target``, ``pair_id``).
+        accepted: Accepted key_ids (``schema.accepted_key_ids``).
+        sheet_path: The sheet (for messages).
+        candidate_root: Root of ``<target>/<pair_id>/pred_mask.png``.
+        cxr_dir: Folder of ``<dicom_id>.png``.
+
+    Raises:
+        InputError: Listing every accepted row with an unknown lesion or a blank field.
+    """
+    by_key: dict[str, Mapping[str, str]] = {}
+    for row in rows:
+        by_key.setdefault(row["key_id"], row)
+    tasks, problems = [], []
+    for key_id in dict.fromkeys(accepted):
+        row = by_key[key_id]
+        blank = [c for c in ("dicom_id", "target", "pair_id") if not (row.get(c) or "").strip()]
+        if blank:
+            problems.append(f"key_id {key_id}: blank {blank}")
+            continue
+        try:
+            lesion = validate_lesion(row["target"].strip(), where=f"key_id {key_id} target")
+        except InputError as exc:
+            problems.append(str(exc))
+            continue
+        dicom = row["dicom_id"].strip()
+        tasks.append(DeformationTask(
+            key_id=key_id, dicom_id=dicom, lesion=lesion,
+            candidate_mask=str(Path(candidate_root) / row["target"].strip()
+                               / row["pair_id"].strip() / "pred_mask.png"),
+            cxr_path=str(Path(cxr_dir) / f"{dicom}.png"),
+        ))
+    if problems:
+        raise InputError(f"{sheet_path}: {len(problems)} bad accepted row(s):\n  "
+                         + "\n  ".join(problems))
+    return tasks
+
+
+def _clear_case_dir(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+
+
+def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcome:
+    """Deform one case and write its masks and item JSON (skipped if the item exists).
+
+    The case's mask folder is rebuilt from scratch, so masks of an interrupted earlier run never
+    mix with this run's; the item JSON is written last, atomically (it marks the case done).
+
+    Returns:
+        The case's outcome; expected failures (missing input, empty mask, no lung overlap, no
+        valid deformation) are returned with their reason, not raised.
+    """
+    layout = DeformationLayout(Path(settings.out_dir))
+    item = layout.item_json(task.key_id)
+    if item.is_file():
+        return CaseOutcome(task.key_id, "skipped")
+    try:
+        if not Path(task.cxr_path).is_file():
+            raise InputError(f"key_id {task.key_id}: CXR not found: {task.cxr_path}")
+        candidate = read_mask(task.candidate_mask)
+        components = optimal_components(candidate, settings.params.min_component_size_px)
+        lesion_mask = np.zeros_like(candidate)
+        for comp in components:
+            lesion_mask |= comp
+        anatomy = load_case_anatomy(
+            task.dicom_id, lesion_mask, with_regions=task.lesion != "cardiomegaly",
+            chexmask_dir=settings.chexmask_dir, cxas_dir=settings.cxas_dir,
+            zone_source=settings.zone_source, cxas_zone_dir=settings.cxas_zone_dir)
+        rng = rng_for(settings.seed, "deformation", task.key_id)
+        case = deform_case(task.lesion, components, anatomy, rng, settings.params)
+    except CaseFailure as exc:
+        return CaseOutcome(task.key_id, "failed", exc.reason, exc.detail)
+    except ConfigError:
+        raise
+    except InputError as exc:
+        return CaseOutcome(task.key_id, "failed", REASON_MISSING_INPUT, str(exc))
+    mask_dir = layout.deformed_mask_dir(task.key_id)
+    _clear_case_dir(mask_dir)
+    for stem, mask in case.masks.items():
+        write_mask(layout.deformed_mask(task.key_id, stem), mask)
+    write_json_atomic(item, {**case.result, "dicom_id": task.dicom_id}, indent=RESULTS_INDENT)
+    return CaseOutcome(task.key_id, "done",
+                       qa_deformation_success=case.result["qa_deformation_success"])
+
+
+def _safe_run_case(args: tuple[DeformationTask, DeformationSettings]) -> CaseOutcome:
+    task, settings = args
+    try:
+        return run_case(task, settings)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded in summary.json with its traceback
+        tb = traceback.format_exc()
+        return CaseOutcome(task.key_id, "failed", REASON_UNEXPECTED,
+                           f"{type(exc).__name__}: {exc}\n{tb}")
+
+
+def _worker_init(level: int) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def iter_outcomes(
+    tasks: Sequence[DeformationTask], settings: DeformationSettings, num_workers: int,
+) -> Iterator[CaseOutcome]:
+    """Run every task; yields outcomes in task order.
+
+    ``num_workers > 1`` uses a ``spawn`` process pool; results do not depend on the worker
+    count because each case has its own generator.
+    """
+    jobs = [(t, settings) for t in tasks]
+    workers = max(1, min(int(num_workers), len(jobs)))
+    if workers <= 1:
+        for job in jobs:
+            yield _safe_run_case(job)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers, initializer=_worker_init,
+                  initargs=(logging.getLogger().getEffectiveLevel(),)) as pool:
+        yield from pool.imap(_safe_run_case, jobs, chunksize=1)
+
+
+@dataclass
+class DeformationSummary:
+    """Counts of a 01.01 run (``summary.json`` and the stage's last log line)."""
+
+    processed: int = 0
+    skipped_done: int = 0
+    failed: dict[str, list[str]] = field(default_factory=dict)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    qa_incomplete: list[str] = field(default_factory=list)
+    output: str = ""
+
+    def add(self, outcome: CaseOutcome) -> None:
+        """Count one outcome."""
+        if outcome.status == "skipped":
+            self.skipped_done += 1
+        elif outcome.status == "failed":
+            self.failed.setdefault(outcome.reason, []).append(outcome.key_id)
+            self.failures.append({"key_id": outcome.key_id, "reason": outcome.reason,
+                                  "detail": outcome.detail})
+        else:
+            self.processed += 1
+            if not outcome.qa_deformation_success:
+                self.qa_incomplete.append(outcome.key_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``summary.json`` content."""
+        return {"processed": self.processed, "skipped_done": self.skipped_done,
+                "failed_count": sum(len(v) for v in self.failed.values()),
+                "failed_by_reason": {k: len(v) for k, v in sorted(self.failed.items())},
+                "failures": self.failures,
+                "qa_deformation_success_false": self.qa_incomplete,
+                "output": self.output}
+
+    def line(self) -> str:
+        """The one-line summary."""
+        failed = ", ".join(f"{k}={len(v)}" for k, v in sorted(self.failed.items())) or "none"
+        return (f"processed {self.processed}, skipped (done) {self.skipped_done}, "
+                f"failed {sum(len(v) for v in self.failed.values())} ({failed}), "
+                f"qa_deformation_success=false {len(self.qa_incomplete)}; output {self.output}")
+
+
+def run_deformation(
+    tasks: Sequence[DeformationTask], settings: DeformationSettings, *, num_workers: int = 1,
+    progress: Callable[[Iterable[CaseOutcome], int], Iterable[CaseOutcome]] | None = None,
+) -> DeformationSummary:
+    """Deform every task, then assemble ``deformation_results.json`` and ``summary.json``.
+
+    Args:
+        tasks: Accepted cases in sheet order.
+        settings: Shared settings.
+        num_workers: Worker processes (spawn); 1 runs in-process.
+        progress: Optional wrapper ``(iterable, total) -> iterable`` (a progress bar).
+
+    Returns:
+        The run's summary (also written to ``deformation_results/summary.json``).
+
+    Raises:
+        ConfigError: From a worker (bad zone source configuration).
+        SchemaError: If an item file does not match :class:`~chexpercept.schema.DeformationCase`.
+    """
+    layout = DeformationLayout(Path(settings.out_dir))
+    summary = DeformationSummary(output=str(layout.results_json))
+    outcomes: Iterable[CaseOutcome] = iter_outcomes(tasks, settings, num_workers)
+    if progress is not None:
+        outcomes = progress(outcomes, len(tasks))
+    for outcome in outcomes:
+        summary.add(outcome)
+        if outcome.status == "failed":
+            log = logger.error if outcome.reason == REASON_UNEXPECTED else logger.warning
+            log("case %s failed (%s): %s", outcome.key_id, outcome.reason, outcome.detail)
+        elif outcome.status == "done" and not outcome.qa_deformation_success:
+            logger.warning("case %s: qa_deformation_success is false (a component has no "
+                           "verified deformation chain)", outcome.key_id)
+    assemble_results(layout, [t.key_id for t in tasks])
+    write_json_atomic(layout.summary_json, summary.to_json())
+    return summary
+
+
+def assemble_results(layout: DeformationLayout, key_ids: Sequence[str]) -> dict[str, Any]:
+    """Write ``deformation_results.json`` from the finished items, in ``key_ids`` order.
+
+    Cases without an item (failed) are left out (they are listed in ``summary.json``). The
+    whole mapping is validated before it is written atomically (indent 4, as the release).
+
+    Returns:
+        The written mapping.
+
+    Raises:
+        SchemaError: Naming each item and field that does not match the schema.
+    """
+    data = {k: read_json(layout.item_json(k)) for k in key_ids if layout.item_json(k).is_file()}
+    parse_deformation_results(data, layout.results_json)
+    write_json_atomic(layout.results_json, data, indent=RESULTS_INDENT)
+    return data
+
+
+__all__ = [
+    "CaseOutcome",
+    "DEFORMATION_BACKENDS",
+    "DeformationSettings",
+    "DeformationSummary",
+    "DeformationTask",
+    "assemble_results",
+    "build_tasks",
+    "check_backend",
+    "iter_outcomes",
+    "run_case",
+    "run_deformation",
+]
