@@ -1,0 +1,136 @@
+"""Stage 02.00: generate the QA items and their images for every accepted case.
+
+Reads Stage 01 ``deformation_results.json`` and ``deformed_masks/``, the Stage 00 positive and
+negative labeling sheets, the anatomy masks (default distractors) and the CXRs. Writes, under
+``--output-dir`` (default ``src/02_qa_generation/outputs`` or ``<path.work_dir>/02_qa_generation``):
+
+- ``qa_results/qa_results.json`` (release schema, original_release_spec.md section 4.6);
+- ``qa_results/qa_labeling.csv`` (review sheet; the review figures it names are not produced);
+- ``qa_results/summary.json`` (counts, and every case that could not be built, with reasons);
+- ``qa_results/items/<key_id>.json`` (per-case results; a re-run resumes from them);
+- ``chexpercept/<key_id>/...`` (images, spec section 4.4, options named ``option_<i>.png``);
+- ``run_meta.json`` and ``logs/``.
+
+Differences from the release: the revision-free split is seeded (not the first N rows);
+revision-free cases omit the three ``contour_revision_qa_*`` questions and the mask
+combinations (never rendered or asked; optional in the schema); revision option images are
+``option_<i>.png`` (no answer in the name); a case that cannot be built completely (missing
+mask, 0 positive zones, ...) is left out and listed with its reason in ``summary.json``;
+``--with-sequential-qa`` is refused (exit 2). The ``<key_id>_<qa_type>_qa.png`` review figures
+named in ``qa_labeling.csv`` are not produced yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept.io import (
+    CurationLayout,
+    DeformationLayout,
+    QALayout,
+    repo_root,
+    stage_output_dir,
+    write_run_meta,
+)
+from chexpercept.qa import QAInputs, generate_qa
+from chexpercept.schema import load_chexpercept_config
+from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+
+logger = logging.getLogger("02_generate_qa")
+
+DEFAULT_WORKERS = 16
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI (release flags, spec section 4.1, plus ``--chexmask-dir`` / ``--cxas-dir``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(parser, "cfg/config.yaml")
+    parser.add_argument("--deformation-results-json", type=Path, default=None,
+                        help="Stage 01 results (default: <stage 01 outputs>/deformation_results/"
+                             "deformation_results.json).")
+    parser.add_argument("--positive-labeling-sheet", type=Path, default=None,
+                        help="Positive sheet (default: <stage 00 outputs>/rosalia_pred/"
+                             "labeling_sheet.csv).")
+    parser.add_argument("--negative-labeling-sheet", type=Path, default=None,
+                        help="Negative sheet (default: <stage 00 outputs>/negative/"
+                             "labeling_sheet.csv).")
+    parser.add_argument("--positive-annotation-csv", type=Path, default=None,
+                        help="Replaces the positive sheet for selecting accepted cases (column "
+                             "'optimal' or 'optimal?'); dicom ids still come from the sheet "
+                             "(default: none).")
+    parser.add_argument("--negative-annotation-csv", type=Path, default=None,
+                        help="The same for negatives (default: none).")
+    parser.add_argument("--deformed-mask-dir", type=Path, default=None,
+                        help="Root of <key_id>/<stem>.png masks (default: <stage 01 outputs>/"
+                             "deformed_masks).")
+    parser.add_argument("--chexmask-dir", type=Path, default=None,
+                        help="CheXmask-U masks <dicom>/{right,left}_lung.png (default: "
+                             "path.chexmask_path, else <stage 01 outputs>/chexmasku_pred).")
+    parser.add_argument("--cxas-dir", type=Path, default=None,
+                        help="CXAS masks <dicom>/{right,left} lung.png (default: "
+                             "path.cxas_mask_path, else <stage 01 outputs>/cxas_pred).")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="Stage 02 output folder (default: path.work_dir/02_qa_generation, "
+                             "else src/02_qa_generation/outputs).")
+    parser.add_argument("--with-sequential-qa", "--with_sequential_qa", dest="with_sequential_qa",
+                        action="store_true",
+                        help="Release flag for revision_sequential_qa; NOT supported here (the "
+                             "benchmark does not use it); passing it exits with code 2 "
+                             "(default: off).")
+    add_common_args(parser, workers=DEFAULT_WORKERS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, load the config, run Stage 02 and report where the outputs went."""
+    args = build_parser().parse_args(argv)
+    if args.with_sequential_qa:
+        print("error: --with-sequential-qa is not supported: the sequential QA "
+              "(revision_sequential_qa) is broken in the release (spec section 8 item 9) and "
+              "unused by the benchmark; run without it", file=sys.stderr)
+        return 2
+    cfg = load_chexpercept_config(args.config)
+    work_dir = cfg.path.work_dir
+    out00 = CurationLayout(stage_output_dir("00", work_dir))
+    out01 = DeformationLayout(stage_output_dir("01", work_dir))
+    output_dir = args.output_dir or stage_output_dir("02", work_dir)
+    inputs = QAInputs(
+        deformation_results_json=args.deformation_results_json or out01.results_json,
+        positive_labeling_sheet=args.positive_labeling_sheet or out00.positive_sheet(),
+        negative_labeling_sheet=args.negative_labeling_sheet or out00.negative_sheet,
+        positive_annotation_csv=args.positive_annotation_csv,
+        negative_annotation_csv=args.negative_annotation_csv,
+        deformed_mask_dir=args.deformed_mask_dir or out01.deformed_masks_root,
+        chexmask_dir=args.chexmask_dir or Path(cfg.path.chexmask_path or out01.chexmask_dir),
+        cxas_dir=args.cxas_dir or Path(cfg.path.cxas_mask_path or out01.cxas_dir),
+        cxr_dir=Path(cfg.path.mimic_cxr_path),
+        output_dir=Path(output_dir),
+    )
+    setup_logging(args.log_level, Path(output_dir) / "logs", name="00_generate_qa",
+                  progress=not args.no_progress)
+    workers = max(1, min(args.num_workers, os.cpu_count() or 1))
+    report = generate_qa(
+        inputs, seed=cfg.seed, ratios=cfg.qa_generation.no_deformation_ratio,
+        num_workers=workers,
+        progress=lambda it, total: progress(it, total=total, desc="cases"))
+    write_run_meta(output_dir, stage="02_generate_qa", config=cfg, seeds={"seed": cfg.seed},
+                   repo_root=repo_root(), extra={"num_workers": workers})
+    layout: QALayout = report.layout
+    c = report.counts
+    logger.info("done: %d built, %d skipped (already done), %d failed, %d excluded (accepted but "
+                "no usable deformation); %d cases, %d QA items -> %s", c["built"], c["reused"],
+                c["failed"], c["excluded"], report.summary["cases"], report.summary["qa_items"],
+                layout.qa_results_json)
+    logger.info("images: %s; labeling sheet: %s; summary: %s", layout.bundle_dir,
+                layout.qa_labeling_csv, layout.summary_json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

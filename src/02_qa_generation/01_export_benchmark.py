@@ -1,0 +1,71 @@
+"""Stage 02.01: sample the benchmark cases and export the released layout.
+
+Reads ``qa_results/qa_results.json`` and the image bundle ``chexpercept/<key_id>/`` written by
+``00_generate_qa.py``. Writes ``<benchmark-dir>/chexpercept.json`` (same schema as
+qa_results.json; lesion order, then path, then key_id), ``<benchmark-dir>/chexpercept/<key_id>/``
+(hard links, or copies) and ``<benchmark-dir>/sampling_summary.json``. Cases per lesion and path
+come from ``qa_generation.sampling`` (paper: 100 each); a shortfall takes all and is logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept.io import QALayout, read_json, repo_root, stage_output_dir
+from chexpercept.qa import LINK_MODES, export_benchmark
+from chexpercept.schema import load_chexpercept_config
+from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+
+logger = logging.getLogger("02_export_benchmark")
+
+DEFAULT_BENCHMARK_DIR = "data/chexpercept"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI (new script; the release copied qa_results.json by hand)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(parser, "cfg/config.yaml")
+    parser.add_argument("--qa-results-json", type=Path, default=None,
+                        help="Stage 02 results (default: <stage 02 outputs>/qa_results/"
+                             "qa_results.json).")
+    parser.add_argument("--bundle-dir", type=Path, default=None,
+                        help="Stage 02 image bundle with <key_id>/ folders (default: "
+                             "<stage 02 outputs>/chexpercept).")
+    parser.add_argument("--benchmark-dir", type=Path, default=None,
+                        help=f"Output root (default: <repo>/{DEFAULT_BENCHMARK_DIR}).")
+    parser.add_argument("--link", choices=LINK_MODES, default="hardlink",
+                        help="How case files are placed: hardlink (falls back to a copy where "
+                             "linking fails) or copy (default: hardlink; choices: %(choices)s).")
+    add_common_args(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, load the config, sample and export, and report where the outputs went."""
+    args = build_parser().parse_args(argv)
+    cfg = load_chexpercept_config(args.config)
+    out02 = QALayout(stage_output_dir("02", cfg.path.work_dir))
+    qa_json = args.qa_results_json or out02.qa_results_json
+    bundle = args.bundle_dir or out02.bundle_dir
+    benchmark_dir = args.benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR
+    setup_logging(args.log_level, None, progress=not args.no_progress)
+    report = export_benchmark(read_json(qa_json), bundle_dir=bundle, benchmark_dir=benchmark_dir,
+                              seed=cfg.seed,
+                              per_path=cfg.qa_generation.sampling.model_dump(), link=args.link)
+    s = report.summary
+    logger.info("exported %d cases (%d QA items, %d images; %d file(s) linked, %d copied; "
+                "%d lesion/path shortfall(s)) -> %s", s["cases"], s["qa_items"], s["images"],
+                report.linked_files, report.copied_files, len(s["shortfalls"]),
+                report.layout.json_path)
+    logger.info("images: %s; sampling summary: %s", report.layout.images_dir,
+                report.layout.sampling_summary_json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,196 @@
+"""Stage 02 export: sample the benchmark from qa_results.json and write the released layout.
+
+Reads ``qa_results/qa_results.json`` and the bundle ``chexpercept/<key_id>/``; writes
+``<benchmark>/chexpercept.json``, ``<benchmark>/chexpercept/<key_id>/`` (hard links or copies)
+and ``<benchmark>/sampling_summary.json`` (:class:`chexpercept.io.BenchmarkLayout`). The
+release had no sampling code (original_release_spec.md section 8 item 17); the per-lesion,
+per-path counts are the paper's 100/100/100 (paper_notes.md section 1.3) by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.io import BenchmarkLayout, write_json_atomic
+from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.qa.generate import count_questions
+from chexpercept.qa.render import case_image_relpaths
+from chexpercept.rng import rng_for
+from chexpercept.schema import BenchmarkItem, parse_benchmark, qa_path_of
+
+logger = logging.getLogger(__name__)
+
+LINK_MODES = ("hardlink", "copy")
+
+
+@dataclass
+class ExportReport:
+    """Result of :func:`export_benchmark`.
+
+    Attributes:
+        layout: The benchmark's paths.
+        selected: Exported key_ids in file order.
+        summary: Content of ``sampling_summary.json``.
+        copied_files: Files copied because hard-linking failed or ``copy`` was asked.
+        linked_files: Files hard-linked.
+    """
+
+    layout: BenchmarkLayout
+    selected: list[str]
+    summary: dict[str, Any]
+    copied_files: int = 0
+    linked_files: int = 0
+
+
+def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Mapping[str, int]
+                 ) -> tuple[list[str], dict[str, Any]]:
+    """Seeded sampling of ``per_path[path]`` cases per lesion and path.
+
+    Candidates of a (lesion, path) are sorted by key_id and drawn without replacement with
+    ``rng_for(seed, "sampling", lesion, path)``, so the draw depends only on the set of
+    candidates. When fewer are available all are taken and the shortfall is logged.
+
+    Args:
+        items: Validated cases keyed by key_id.
+        seed: Config seed.
+        per_path: Cases wanted per lesion for each of ``lesion_free``, ``revision_free``,
+            ``revision_required`` (config ``qa_generation.sampling``).
+
+    Returns:
+        ``(key_ids, per_lesion)``: key_ids ordered by lesion order, then path order
+        (:data:`chexpercept.lesions.QA_PATHS`), then key_id; per_lesion gives
+        ``{lesion: {path: {available, requested, selected, shortfall}}}``.
+
+    Raises:
+        SchemaError: If a key_id's lesion prefix is unknown.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    bad = []
+    for key_id, item in items.items():
+        try:
+            lesion = lesion_from_key_id(key_id)
+        except InputError as exc:
+            bad.append(str(exc))
+            continue
+        groups.setdefault((lesion, qa_path_of(item)), []).append(key_id)
+    if bad:
+        raise SchemaError("qa results: " + "; ".join(bad))
+    selected: list[str] = []
+    per_lesion: dict[str, dict[str, dict[str, int]]] = {}
+    for lesion in LESIONS:
+        per_lesion[lesion] = {}
+        for path in QA_PATHS:
+            pool = sorted(groups.get((lesion, path), []))
+            want = int(per_path.get(path, 0))
+            if len(pool) <= want:
+                chosen = pool
+                if len(pool) < want:
+                    logger.warning("%s / %s: only %d case(s) available, %d requested; taking all",
+                                   lesion, path, len(pool), want)
+            else:
+                idx = rng_for(seed, "sampling", lesion, path).choice(len(pool), size=want,
+                                                                     replace=False)
+                chosen = sorted(pool[int(i)] for i in idx)
+            selected += chosen
+            per_lesion[lesion][path] = {"available": len(pool), "requested": want,
+                                        "selected": len(chosen),
+                                        "shortfall": max(0, want - len(chosen))}
+    return selected, per_lesion
+
+
+def _place_file(src: Path, dst: Path, link: str) -> bool:
+    """Hard-link (falling back to a copy) or copy ``src`` to ``dst``; True if linked."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if link == "hardlink":
+        try:
+            os.link(src, dst)
+            return True
+        except OSError:
+            pass
+    shutil.copyfile(src, dst)
+    return False
+
+
+def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir: Path, seed: int,
+                     per_path: Mapping[str, int], link: str = "hardlink") -> ExportReport:
+    """Sample cases and write the benchmark folder (re-running gives identical bytes).
+
+    Every selected case's images are checked first; then ``chexpercept.json`` is written
+    atomically (the chosen values, unchanged, in :func:`sample_cases` order), each case folder
+    is rebuilt in a temporary folder and renamed into place, folders of cases not selected
+    are removed, and ``sampling_summary.json`` is written.
+
+    Args:
+        raw: Loaded ``qa_results.json`` (plain JSON).
+        bundle_dir: Stage 02 ``chexpercept/`` with ``<key_id>/`` folders.
+        benchmark_dir: Output root (``chexpercept.json`` + ``chexpercept/``).
+        seed: Config seed.
+        per_path: Cases per lesion and path (see :func:`sample_cases`).
+        link: ``hardlink`` (copy where linking fails, e.g. across file systems) or ``copy``.
+
+    Returns:
+        The report.
+
+    Raises:
+        SchemaError: If ``raw`` does not validate.
+        InputError: Listing every selected case whose folder or images are missing.
+    """
+    if link not in LINK_MODES:
+        raise InputError(f"link mode '{link}': expected one of {LINK_MODES}")
+    items = parse_benchmark(raw, "qa results")
+    selected, per_lesion = sample_cases(items, seed=seed, per_path=per_path)
+    bundle_dir = Path(bundle_dir)
+    missing = [f"{key_id}/{rel}" for key_id in selected for rel in case_image_relpaths(raw[key_id])
+               if not (bundle_dir / key_id / rel).is_file()]
+    if missing:
+        raise InputError(f"{bundle_dir}: {len(missing)} image(s) of selected cases are missing "
+                         f"(re-run 00_generate_qa.py): " + ", ".join(missing[:20])
+                         + (" ..." if len(missing) > 20 else ""))
+
+    layout = BenchmarkLayout(Path(benchmark_dir))
+    write_json_atomic(layout.json_path, {key_id: raw[key_id] for key_id in selected})
+    layout.images_dir.mkdir(parents=True, exist_ok=True)
+    report = ExportReport(layout=layout, selected=selected, summary={})
+    for key_id in selected:
+        src = bundle_dir / key_id
+        tmp = layout.images_dir / f".{key_id}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for path in sorted(p for p in src.rglob("*") if p.is_file()):
+            if _place_file(path, tmp / path.relative_to(src), link):
+                report.linked_files += 1
+            else:
+                report.copied_files += 1
+        dst = layout.case_dir(key_id)
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+    keep = set(selected)
+    stale = sorted(d for d in layout.images_dir.iterdir() if d.is_dir() and d.name not in keep)
+    for d in stale:
+        shutil.rmtree(d)
+    if stale:
+        logger.info("removed %d stale case folder(s) from %s", len(stale), layout.images_dir)
+    if link == "hardlink" and report.copied_files:
+        logger.warning("hard links failed for %d file(s); they were copied", report.copied_files)
+
+    shortfalls = [{"lesion": lesion, "path": path, "available": v["available"],
+                   "requested": v["requested"]}
+                  for lesion, paths in per_lesion.items() for path, v in paths.items()
+                  if v["shortfall"]]
+    report.summary = {
+        "seed": seed,
+        "requested_per_lesion": {path: int(per_path.get(path, 0)) for path in QA_PATHS},
+        "cases": len(selected),
+        "qa_items": sum(count_questions(raw[k]) for k in selected),
+        "images": len({raw[k]["dicom_id"] for k in selected}),
+        "per_lesion": per_lesion,
+        "shortfalls": shortfalls,
+    }
+    write_json_atomic(layout.sampling_summary_json, report.summary)
+    return report
