@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up CheXpercept on this machine (no conda needed).
 #
-# Usage: bash setup.sh [--skip-lisa] [--skip-sam3] [--skip-chexmask-u] [--cpu-only] [-h|--help]
+# Usage: bash setup.sh [--tests] [--skip-lisa] [--skip-sam3] [--skip-chexmask-u] [--cpu-only] [-h|--help]
 #
 # 1. Creates .venv with pip (Python >= 3.11; set PYTHON=/path/to/python3 to choose one) and
-#    installs this project editable with the CPU pipeline and test dependencies
-#    (`pip install -e ".[dev,fixtures]"`). Re-running is cheap: nothing is reinstalled while
-#    pyproject.toml is unchanged.
+#    installs this project editable with the CPU pipeline (`pip install -e ".[fixtures]"`).
+#    --tests also installs what the test suite needs (`.[fixtures,dev]`: pytest, the openai and
+#    google-genai SDKs, torch + torchvision + transformers for the tiny-VLM tests; several GB).
+#    Re-running is cheap: nothing is reinstalled while pyproject.toml is unchanged.
 # 2. Clones the optional third-party code used only by the GPU backends, unless skipped:
 #      LISA (ROSALIA)  -> src/00_source_data_curation/LISA      (--skip-lisa)
 #      SAM3            -> src/01_mask_deformation/sam3          (--skip-sam3)
@@ -20,9 +21,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-skip_lisa=0; skip_sam3=0; skip_chexmasku=0
+skip_lisa=0; skip_sam3=0; skip_chexmasku=0; extras=fixtures
 for arg in "$@"; do
   case "$arg" in
+    --tests) extras=fixtures,dev ;;
     --skip-lisa) skip_lisa=1 ;;
     --skip-sam3) skip_sam3=1 ;;
     --skip-chexmask-u) skip_chexmasku=1 ;;
@@ -38,17 +40,20 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   exit 1
 fi
 
-stamp=.venv/.chexpercept-setup
+stamp_of() { echo ".venv/.chexpercept-setup-${1//,/-}"; }
 want="$(cat pyproject.toml setup.sh | sha256sum | cut -d' ' -f1)"
-if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
-   && .venv/bin/python -c 'import chexpercept, utils, pytest' 2>/dev/null; then
+check='import chexpercept, utils'
+[ "$extras" = fixtures ] || check="$check, pytest"
+if [ -x .venv/bin/python ] && { [ "$(cat "$(stamp_of "$extras")" 2>/dev/null)" = "$want" ] \
+     || [ "$(cat "$(stamp_of fixtures,dev)" 2>/dev/null)" = "$want" ]; } \
+   && .venv/bin/python -c "$check" 2>/dev/null; then
   echo "setup.sh: .venv is up to date"
 else
-  echo "setup.sh: creating/updating .venv (pip install -e \".[dev,fixtures]\") ..."
+  echo "setup.sh: creating/updating .venv (pip install -e \".[$extras]\") ..."
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,fixtures]"
-  echo "$want" > "$stamp"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+  echo "$want" > "$(stamp_of "$extras")"
   echo "setup.sh: .venv ready ($(.venv/bin/python --version))"
 fi
 
