@@ -1,0 +1,69 @@
+"""Stage 00.02: merge sharded Stage 00.01 outputs into the positive labeling sheet.
+
+Reads ``<base-out>/results_part<p>.json`` and ``labeling_sheet_part<p>.csv`` for p < N and
+writes ``<base-out>/results.json`` and ``labeling_sheet.csv`` (columns
+``POSITIVE_SHEET_COLUMNS``). A missing part is an error naming it (no half merge). An unsharded
+run is never clobbered: with no part files, or when the unsharded outputs are newer than every
+part, nothing is written (exit 0) unless ``--force``.
+
+Example::
+
+    python src/00_source_data_curation/02_prepare_positive_annotation.py --total-parts 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept import io
+from chexpercept.curation.sheets import merge_parts
+from chexpercept.schema import load_chexpercept_config
+from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+
+logger = logging.getLogger("02_prepare_positive_annotation")
+
+DEFAULT_BASE_OUT = io.CurationLayout(io.stage_output_dir("00")).candidate_root
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(parser, None)
+    parser.add_argument(
+        "--base-out", "--base_out", dest="base_out", default=None,
+        help=f"The rosalia_pred folder (default: rosalia_pred under the Stage 00 output of "
+             f"--config's path.work_dir, else {DEFAULT_BASE_OUT}).")
+    parser.add_argument(
+        "--total-parts", "--total_parts", dest="total_parts", type=int, default=4,
+        help="Number of parts to merge (default: 4, as the release).")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="Merge even if the unsharded outputs are newer than the parts (default: off).")
+    add_common_args(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Merge the part files (or explain why nothing was written)."""
+    args = build_parser().parse_args(argv)
+    if args.base_out:
+        base_out = Path(args.base_out)
+    elif args.config:
+        cfg = load_chexpercept_config(args.config)
+        base_out = io.CurationLayout(io.stage_output_dir("00", cfg.path.work_dir)).candidate_root
+    else:
+        base_out = DEFAULT_BASE_OUT
+    setup_logging(args.log_level, None, name="02_prepare_positive_annotation",
+                  progress=not args.no_progress)
+    outcome = merge_parts(base_out, args.total_parts, force=args.force)
+    logger.info("%s (%s)", outcome.message, base_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
