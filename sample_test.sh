@@ -61,7 +61,7 @@ done
 "$PY" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
 "$PY" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
 "$PY" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
-"$PY" src/00_source_data_curation/04_distribute_labeling.py --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
+"$PY" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
   --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
 
 step "01 anatomy masks + mask deformation"
@@ -70,7 +70,7 @@ step "01 anatomy masks + mask deformation"
 
 step "02 QA generation + benchmark export"
 "$PY" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
-"$PY" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
+"$PY" src/02_qa_generation/01_export_benchmark.py --config "$CFG"
 
 step "03 evaluation"
 "$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only

@@ -123,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_path = args.output_path or (
         config.eval_vlm_on_chexpercept.output_path if config else None) or \
         io.stage_output_dir("03", config.path.work_dir if config else None)
-    provider_class(provider)  # fail fast on an unavailable provider, before any work
+    if not args.validate_only:
+        provider_class(provider)  # fail fast on an unavailable provider, before any work
 
     bundle = load_bundle(args.benchmark_dir)
     key_ids = select_key_ids(bundle, limit=args.limit, per_path_limit=args.per_path_limit)

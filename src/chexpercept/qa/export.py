@@ -84,6 +84,7 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
         raise SchemaError("qa results: " + "; ".join(bad))
     selected: list[str] = []
     per_lesion: dict[str, dict[str, dict[str, int]]] = {}
+    shortfalls: list[str] = []
     for lesion in LESIONS:
         per_lesion[lesion] = {}
         for path in QA_PATHS:
@@ -92,8 +93,7 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
             if len(pool) <= want:
                 chosen = pool
                 if len(pool) < want:
-                    logger.warning("%s / %s: only %d case(s) available, %d requested; taking all",
-                                   lesion, path, len(pool), want)
+                    shortfalls.append(f"{lesion}/{path} {len(pool)}/{want}")
             else:
                 idx = rng_for(seed, "sampling", lesion, path).choice(len(pool), size=want,
                                                                      replace=False)
@@ -102,6 +102,9 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
             per_lesion[lesion][path] = {"available": len(pool), "requested": want,
                                         "selected": len(chosen),
                                         "shortfall": max(0, want - len(chosen))}
+    if shortfalls:
+        logger.warning("fewer cases than requested, taking all available (available/requested): "
+                       "%s", ", ".join(shortfalls))
     return selected, per_lesion
 
 
