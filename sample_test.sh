@@ -84,7 +84,7 @@ done
 step "04 analysis"
 for setting in implicit none; do
   "$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
-    --oracle_setting "$setting" --output-dir "$S04"
+    --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
 done
 
 step "done in $(( $(date +%s) - start ))s"

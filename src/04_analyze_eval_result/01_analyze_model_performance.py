@@ -1,24 +1,31 @@
 """Stage 04: analyse Stage 03 results into per-path accuracy tables, detail tables and plots.
 
 Reads ``<results-dir>/<provider>_<model>[_no_thinking]/oracle_<setting>/all_results.json``
-(nothing else; no model is called) and writes:
+(each once; no model is called) and ``<benchmark-dir>/chexpercept.json`` (option counts for
+the chance rows; NA with a warning when absent), and writes:
 
 - next to each ``all_results.json``: ``model_performance_summary.csv``,
   ``model_performance_detail_contour_revision.csv``,
-  ``model_performance_detail_attribute_extraction.csv``;
-- all-models mode only, in ``<output-dir>/all_models_oracle_<setting>/``:
-  ``all_models_summary.csv``, ``all_models_contour_revision_detail.csv``,
-  ``all_models_attribute_extraction_detail.csv``, the four ``plot_*.png``,
-  ``run_meta.json`` and a log file.
+  ``model_performance_detail_attribute_extraction.csv`` (release names, columns and rows);
+- all-models mode, in ``<output-dir>/all_models_oracle_<setting>/``: the three
+  ``all_models_*.csv`` (release), the new tables ``stage_accuracy_ci.csv``,
+  ``lesion_stage_accuracy.csv``, ``subquestion_accuracy.csv``, ``e2e_funnel.csv`` (95%
+  bootstrap CIs, number of cases per cell, chance rows) and ``stage_status.csv`` (missing
+  stages, answer-status rates), the four release plots (with error bars and chance),
+  ``plot_lesion_heatmap.png``, ``plot_e2e_funnel.png``, ``report.md``, ``run_meta.json`` and
+  a log file;
+- single-model mode (``--provider``/``--model``): the new tables for each selected run go
+  into its ``oracle_<setting>/`` folder instead (no plots, no report).
 
 The ``model`` column is the run folder name ``<provider>_<model>[_no_thinking]``, so equal aliases
 under different providers do not collide. All-models mode (every run) is the default when neither
-``--provider`` nor ``--model`` is given; with either, only the matching runs are analysed and
-only their per-model CSVs are written (release defect 13 fixed). The summary table is printed.
+``--provider`` nor ``--model`` is given; with either, only the matching runs are analysed
+(release defect 13 fixed). The summary table is printed.
 
 Example::
 
-    python src/04_analyze_eval_result/01_analyze_model_performance.py --oracle_setting none
+    python src/04_analyze_eval_result/01_analyze_model_performance.py --oracle_setting none \
+        --benchmark-dir data/chexpercept --bootstrap 1000 --seed 0
     python src/04_analyze_eval_result/01_analyze_model_performance.py --provider dummy \
         --model baseline
 """
@@ -34,13 +41,18 @@ from pathlib import Path
 from chexpercept import io
 from chexpercept.analysis import (
     ORACLE_SETTINGS,
+    analyse_chance,
+    analyse_run,
     discover_runs,
     format_summary_table,
+    load_benchmark_or_none,
     load_run,
-    score_run,
+    render_report,
     write_all_models_csvs,
+    write_extended_csvs,
     write_model_csvs,
     write_plots,
+    write_report,
 )
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
@@ -48,12 +60,21 @@ from utils.cli import add_common_args, add_config_arg, progress, run_main, setup
 logger = logging.getLogger("04_analyze_eval_result")
 
 DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
+DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
+DEFAULT_BOOTSTRAP = 1000
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -90,7 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output-dir", "--output_dir", dest="output_dir", default=str(DEFAULT_OUTPUT_DIR),
         help=f"Folder that receives all_models_oracle_<setting>/ (default: {DEFAULT_OUTPUT_DIR}).")
-    add_common_args(parser)
+    parser.add_argument(
+        "--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
+        default=str(DEFAULT_BENCHMARK_DIR),
+        help="Benchmark folder holding chexpercept.json, read for the chance rows' option "
+             "counts; if it is missing the chance rows are NA (default: %(default)s).")
+    parser.add_argument(
+        "--bootstrap", type=_non_negative_int, default=DEFAULT_BOOTSTRAP,
+        help="Bootstrap resamples of cases for the 95%% intervals; 0 writes no intervals "
+             "(default: %(default)s).")
+    add_common_args(parser, seed=True)
     return parser
 
 
@@ -103,6 +133,12 @@ def _results_dir(args: argparse.Namespace) -> Path:
             return Path(cfg.eval_vlm_on_chexpercept.output_path)
         return io.stage_output_dir("03", cfg.path.work_dir)
     return io.stage_output_dir("03")
+
+
+def _seed(args: argparse.Namespace) -> int:
+    if args.seed is not None:
+        return args.seed
+    return load_chexpercept_config(args.config).seed if args.config else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,27 +156,46 @@ def main(argv: Sequence[str] | None = None) -> int:
                   name="01_analyze_model_performance", progress=not args.no_progress)
     results_dir = _results_dir(args)
 
+    seed = _seed(args)
     runs = discover_runs(results_dir, setting, provider=args.provider, model=args.model)
-    logger.info("analysing %d run(s) with oracle_%s in %s", len(runs), setting, results_dir)
-    all_metrics = []
+    logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
+                setting, results_dir, args.bootstrap, seed)
+    benchmark = load_benchmark_or_none(args.benchmark_dir)
+    analyses = []
     written: list[Path] = []
     for run in progress(runs, total=len(runs), desc="runs"):
         results = load_run(run, limit=args.limit)
-        _, metrics = score_run(run, results)
-        written.extend(write_model_csvs(metrics, run.run_dir))
-        logger.info("%s: %d case(s) (%s) -> %s", run.name, len(results),
-                    ", ".join(f"{p} {n}" for p, n in metrics.n_cases.items()), run.run_dir)
-        all_metrics.append(metrics)
+        analysis = analyse_run(run, results, n_boot=args.bootstrap, seed=seed)
+        del results  # each file is read once; keep only the per-case matrix
+        written.extend(write_model_csvs(analysis.metrics, run.run_dir))
+        logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
+                    ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),
+                    run.run_dir)
+        analyses.append(analysis)
+    all_metrics = [a.metrics for a in analyses]
 
     if all_models:
+        chance = analyse_chance(benchmark, analyses)
         written.extend(write_all_models_csvs(all_metrics, out_dir))
-        written.extend(write_plots(all_metrics, out_dir, setting))
+        written.extend(write_extended_csvs(analyses, chance, out_dir))
+        plots = write_plots(all_metrics, out_dir, setting, analyses=analyses, chance=chance)
+        written.extend(plots)
+        note = (f"option counts from {args.benchmark_dir}/chexpercept.json" if benchmark
+                is not None else f"NA: no valid chexpercept.json in {args.benchmark_dir}")
+        written.append(write_report(out_dir, render_report(
+            analyses, chance, oracle_setting=setting, n_boot=args.bootstrap, seed=seed,
+            benchmark_note=note, plots=plots)))
         written.append(io.write_run_meta(
             out_dir, stage="04",
             config={"results_dir": str(results_dir), "oracle_setting": setting,
-                    "limit": args.limit, "config": args.config},
-            seeds={}, repo_root=io.repo_root(),
+                    "limit": args.limit, "config": args.config,
+                    "benchmark_dir": str(args.benchmark_dir), "bootstrap": args.bootstrap},
+            seeds={"bootstrap": seed}, repo_root=io.repo_root(),
             extra={"runs": [str(r.all_results) for r in runs]}))
+    else:
+        for analysis in analyses:
+            chance = analyse_chance(benchmark, [analysis])
+            written.extend(write_extended_csvs([analysis], chance, analysis.run.run_dir))
 
     print(format_summary_table(all_metrics, setting))
     print("\nOutputs:")

@@ -55,3 +55,47 @@ def builders():
     b.make_case = staticmethod(make_case)
     b.write_run = staticmethod(write_run)
     return b
+
+
+def make_item(qa_path, lesion="effusion", n_points=3):
+    """A minimal valid ``chexpercept.json`` item (option counts are what matter here)."""
+    def mc(options, answer=1):
+        return {"question": "q", "answer_options": list(options),
+                "answer": options[answer - 1], "answer_index": answer}
+
+    positive = qa_path != "lesion_free"
+    item = {"detection_qa": mc(["Yes", "No"], 1 if positive else 2), "pair_id": "p",
+            "dicom_id": "d"}
+    if not positive:
+        return item
+    points = [{"point": [10 * i, 10 * i], "color": f"c{i}"} for i in range(n_points)]
+    points.append({"point": None, "color": "None"})
+    item["contour_qa"] = {
+        "no_deformation": qa_path == "revision_free",
+        "contour_eval_qa": {**mc(["Yes", "No"]), "relative_path": "x.png"},
+        "contour_revision_qa_expansion": {"question": "q", "answer_options": points,
+                                          "answer": "c0 point", "answer_index": [1]},
+        "contour_revision_qa_contraction": {"question": "q", "answer_options": points,
+                                            "answer": "None", "answer_index": [n_points + 1]},
+        "contour_revision_qa_revision_result": {
+            "question": "q", "answer": "1st mask", "answer_index": 1,
+            "answer_options": [{"type": "true", "masks": ["m"], "relative_path": "o1.png"}]
+            + [{"type": "fake", "masks": ["m"], "relative_path": f"o{i}.png"}
+               for i in (2, 3, 4)]},
+    }
+    if lesion != "cardiomegaly":
+        item["attribute_extraction_qa"] = {
+            "distribution": {**mc(["1", "2", "3", "4+"]), "answer_zones": []},
+            "location": {"question": "q", "answer_options": ["a", "b", "c", "None"],
+                         "answer": "a", "answer_index": [1], "answer_zones": []},
+            "severity/measurement": {**mc(["<1/3", "<2/3", ">=2/3"]), "overlap_ratio": 0.1,
+                                     "selected_lung": "left lung"},
+            "comparison": {**mc(["s", "l", "r", "one"]), "left_size": 1, "right_size": 0,
+                           "left_has_overlap": True, "right_has_overlap": False}}
+    return item
+
+
+@pytest.fixture
+def bench_builder():
+    """``bench_builder(qa_path, lesion=..., n_points=...)`` -> a chexpercept.json item dict."""
+    return make_item

@@ -19,6 +19,10 @@ logger = logging.getLogger(__name__)
 
 #: Oracle settings of Stage 03 (spec section 5.4), in the release's ``--oracle_setting`` order.
 ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
+#: Record keys Stage 04 does not read; dropped before validation to halve peak memory.
+UNUSED_RECORD_KEYS: tuple[str, ...] = ("chat_history", "token_usage", "_chat_history_idx")
+#: Run-folder suffix of a ``--no-thinking`` Stage 03 run (spec section 5.1).
+NO_THINKING = "no_thinking"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,16 @@ class RunRef:
     model: str
     oracle_setting: str
     run_dir: Path
+
+    @property
+    def variant(self) -> str:
+        """``no_thinking`` for a ``--no-thinking`` run (folder suffix), else ``default``."""
+        return NO_THINKING if self.model.endswith(f"_{NO_THINKING}") else "default"
+
+    @property
+    def model_name(self) -> str:
+        """The model id without the variant suffix (``qwen3.6-27b`` for ``..._no_thinking``)."""
+        return self.model.removesuffix(f"_{NO_THINKING}")
 
     @property
     def all_results(self) -> Path:
@@ -106,6 +120,35 @@ def discover_runs(results_dir: str | Path, oracle_setting: str, *, provider: str
     return runs
 
 
+def run_from_dir(path: str | Path) -> RunRef:
+    """The run stored in ``path``: an ``oracle_<setting>/`` folder or its ``all_results.json``.
+
+    Args:
+        path: ``<results-dir>/<provider>_<model>[_no_thinking]/oracle_<setting>``, or the
+            ``all_results.json`` in it.
+
+    Returns:
+        The run (name from the parent folder, setting from ``oracle_<setting>``).
+
+    Raises:
+        InputError: If there is no ``all_results.json`` there or the folder is not named
+            ``oracle_<setting>`` with a known setting.
+    """
+    path = Path(path)
+    run_dir = path.parent if path.name == "all_results.json" else path
+    if not io.all_results_path(run_dir).is_file():
+        raise InputError(f"no all_results.json in {run_dir} (pass a Stage 03 run folder "
+                         f"<results-dir>/<provider>_<model>/oracle_<setting>/)")
+    setting = run_dir.name.removeprefix("oracle_")
+    if not run_dir.name.startswith("oracle_") or setting not in ORACLE_SETTINGS:
+        raise InputError(f"{run_dir}: expected a folder named oracle_<setting> with setting in "
+                         f"{', '.join(ORACLE_SETTINGS)}")
+    name = run_dir.resolve().parent.name
+    provider, model = _split(name)
+    return RunRef(name=name, provider=provider, model=model, oracle_setting=setting,
+                  run_dir=run_dir)
+
+
 def _available(results_dir: Path) -> list[str]:
     """``<run> (oracle settings)`` for every run folder holding any all_results.json."""
     out = []
@@ -118,7 +161,10 @@ def _available(results_dir: Path) -> list[str]:
 
 
 def load_run(run: RunRef, *, limit: int | None = None) -> dict[str, CaseResult]:
-    """Read and validate one run's ``all_results.json``.
+    """Read and validate one run's ``all_results.json`` (read once).
+
+    ``chat_history``, ``token_usage`` and ``_chat_history_idx`` are dropped before
+    validation: the analysis needs only the per-stage result blocks.
 
     Args:
         run: The run.
@@ -133,7 +179,14 @@ def load_run(run: RunRef, *, limit: int | None = None) -> dict[str, CaseResult]:
             key (every bad key_id is listed, with the file).
     """
     path = run.all_results
-    results = parse_all_results(io.read_json(path), path)
+    data = io.read_json(path)
+    if isinstance(data, dict):
+        for record in data.values():  # Stage 04 never reads these large blocks
+            if isinstance(record, dict):
+                for key in UNUSED_RECORD_KEYS:
+                    record.pop(key, None)
+    results = parse_all_results(data, path)
+    del data
     bad = [f"{k}: record key_id is '{r.key_id}'" for k, r in results.items() if r.key_id != k]
     if bad:
         raise SchemaError(f"{path}: {len(bad)} schema problem(s):\n  " + "\n  ".join(bad))

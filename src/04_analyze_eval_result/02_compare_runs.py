@@ -1,0 +1,103 @@
+"""Stage 04: paired comparison of two Stage 03 runs on the same benchmark cases.
+
+Reads ``<run-a>/all_results.json`` and ``<run-b>/all_results.json`` (``oracle_<setting>/``
+folders of two runs, e.g. two models, or one model under two oracle settings) and writes
+``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<run>.oracle_<setting>``):
+per stage (end-to-end and oracle-passed), sub-question and depth, for all cases, each path
+and each lesion, the accuracies of A and B, the difference B - A with a 95% paired bootstrap
+interval (the same case resamples for both runs, stratified by lesion x path), the discordant
+counts and McNemar's test (exact binomial below 25 discordant cases). Runs whose key_id sets
+differ are refused, with the key_ids that differ. The pooled rows are printed.
+
+Example::
+
+    python src/04_analyze_eval_result/02_compare_runs.py --run-a RESULTS/openai_gpt-5.4/oracle_none
+        --run-b RESULTS/gemini_gemini-3.1-pro/oracle_none
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept import io
+from chexpercept.analysis import (
+    COMPARE_COLUMNS,
+    analyse_run,
+    load_run,
+    paired_comparison,
+    run_from_dir,
+)
+from chexpercept.analysis.compare import format_comparison
+from chexpercept.analysis.report import format_cell
+from chexpercept.schema import load_chexpercept_config
+from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+
+logger = logging.getLogger("04_analyze_eval_result")
+
+DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
+DEFAULT_BOOTSTRAP = 1000
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(parser, None)
+    parser.add_argument("--run-a", "--run_a", dest="run_a", required=True,
+                        help="Run A: a Stage 03 oracle_<setting>/ folder (or its "
+                             "all_results.json). Required; no default.")
+    parser.add_argument("--run-b", "--run_b", dest="run_b", required=True,
+                        help="Run B, compared with A as B - A. Required; no default.")
+    parser.add_argument("--output-dir", "--output_dir", dest="output_dir",
+                        default=str(DEFAULT_OUTPUT_DIR),
+                        help="Folder receiving paired_comparisons/<A>_vs_<B>.csv "
+                             "(default: %(default)s).")
+    parser.add_argument("--bootstrap", type=_non_negative_int, default=DEFAULT_BOOTSTRAP,
+                        help="Paired bootstrap resamples; 0 writes no intervals "
+                             "(default: %(default)s).")
+    add_common_args(parser, seed=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Compare the two runs, write the CSV, print the pooled rows."""
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level, None, name="02_compare_runs", progress=not args.no_progress)
+    seed = args.seed if args.seed is not None else (
+        load_chexpercept_config(args.config).seed if args.config else 0)
+    run_a, run_b = run_from_dir(args.run_a), run_from_dir(args.run_b)
+    label_a, label_b = (f"{r.name}.oracle_{r.oracle_setting}" for r in (run_a, run_b))
+    a = analyse_run(run_a, load_run(run_a), n_boot=0, seed=seed)
+    b = analyse_run(run_b, load_run(run_b), n_boot=0, seed=seed)
+    rows = paired_comparison(a.table, b.table, n_boot=args.bootstrap, seed=seed,
+                             label_a=label_a, label_b=label_b)
+    out = Path(args.output_dir) / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
+
+    def cell(key: str, value: object) -> object:
+        if key == "p_value" and isinstance(value, float) and not math.isnan(value):
+            return f"{value:.6g}"
+        return format_cell(value)
+
+    io.write_csv_atomic(out, [{k: cell(k, v) for k, v in r.as_row().items()} for r in rows],
+                        COMPARE_COLUMNS)
+    print(format_comparison(rows, label_a, label_b))
+    print(f"\nOutput:\n  {out}")
+    logger.info("done: compared %d case(s), %d row(s), 0 failed; output %s", a.table.n_cases,
+                len(rows), out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,135 @@
+"""Stage 04: ``report.md`` in ``all_models_oracle_<setting>/``: main tables and plot links.
+
+Accuracies are shown in percent with their 95% bootstrap interval, ``n/a`` for an empty cell;
+the chance row is the uniform-guess baseline. The full tables are the CSVs it links.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from chexpercept import io
+from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
+from chexpercept.analysis.metrics import SETTINGS
+from chexpercept.analysis.tables import SUB_KEYS
+from chexpercept.lesions import LESIONS, QA_PATHS
+from chexpercept.schema import STATUSES
+
+REPORT_MD = "report.md"
+_STAGE_NAMES = ("S1 detection", "S2 contour eval", "S3 revision", "S4 attributes")
+
+
+def _pct(value: float, low: float = math.nan, high: float = math.nan) -> str:
+    if math.isnan(value):
+        return "n/a"
+    text = f"{100 * value:.1f}"
+    if not math.isnan(low):
+        text += f" [{100 * low:.1f}, {100 * high:.1f}]"
+    return text
+
+
+def _num(value: float, low: float = math.nan, high: float = math.nan) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out + [""]
+
+
+def _n_text(counts: Sequence[int]) -> str:
+    distinct = sorted(set(counts))
+    return "/".join(str(c) for c in distinct)
+
+
+def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracle_setting: str,
+                  n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path]) -> str:
+    """The text of ``report.md``.
+
+    Args:
+        analyses: The analysed runs, in run order.
+        chance: The uniform-guess baseline.
+        oracle_setting: Stage 03 oracle setting of the runs.
+        n_boot: Bootstrap resamples (0: no intervals).
+        seed: Bootstrap seed.
+        benchmark_note: Where the chance values came from (or why they are NA).
+        plots: Plot files to link (same folder).
+
+    Returns:
+        Markdown text.
+    """
+    everyone = [*analyses, chance]
+    lines = [f"# CheXpercept analysis, Stage 03 oracle setting `{oracle_setting}`", ""]
+    lines += ["Runs (model = `<provider>_<model>[_no_thinking]`):", ""]
+    lines += _table(["model", "provider", "model name", "variant", "cases", "missing stage "
+                     "results (counted wrong)"],
+                    [[a.name, a.run.provider, a.run.model_name, a.run.variant,
+                      str(a.table.n_cases), str(int(a.table.missing.sum()))]
+                     for a in analyses if a.run is not None])
+    ci = (f"95% percentile bootstrap intervals, {n_boot} resamples of cases within each "
+          f"lesion x path stratum (seed {seed})" if n_boot else "no intervals (--bootstrap 0)")
+    lines += [f"Values in percent, {ci}. `chance` = uniform guessing ({benchmark_note}). "
+              "`end_to_end`: the stage and every earlier stage correct; `oracle_passed`: the "
+              "stage on its own. Depth: stages answered correctly from stage 1 (max 4 / 3 / 1 "
+              "on revision-required / revision-free / lesion-free).", ""]
+
+    lines += ["## Stage accuracy per path", ""]
+    for path in QA_PATHS:
+        n = [a.cells.get("all", path, "depth")[3] for a in analyses]
+        lines += [f"### {path} (cases per run: {_n_text(n)})", ""]
+        body = []
+        for a in everyone:
+            for setting in SETTINGS:
+                kind = "e2e" if setting == "end_to_end" else "oracle"
+                cells = [_pct(*a.cells.get("all", path, f"{kind}:stage{k}")[:3])
+                         for k in range(1, 5)]
+                body.append([a.name, setting, *cells,
+                             _num(*a.cells.get("all", path, "depth")[:3])])
+        lines += _table(["model", "setting", *_STAGE_NAMES, "depth"], body)
+
+    lines += ["## Sub-question accuracy (oracle view)", "",
+              "Contour revision on revision-required cases; attributes on revision-required + "
+              "revision-free cases (no attributes for cardiomegaly).", ""]
+    body = []
+    for a in everyone:
+        body.append([a.name, *(_pct(*a.cells.get("all", "revision_required" if k in (
+            "expansion", "contraction", "revision_result") else "all", f"sub:{k}")[:3])
+            for k in SUB_KEYS)])
+    lines += _table(["model", *SUB_KEYS], body)
+
+    lines += ["## End-to-end mean depth by lesion, revision-required path (max 4)", ""]
+    lines += _table(["model", *LESIONS],
+                    [[a.name, *(_num(*a.cells.get(le, "revision_required", "depth")[:3])
+                                for le in LESIONS)] for a in everyone])
+
+    lines += ["## Answer status and missing stage results", "",
+              "Share of answered questions per status over all stages (n/a: the results carry "
+              "no status keys, e.g. release files); missing = expected stage results absent, "
+              "counted wrong. Per stage: `stage_status.csv`.", ""]
+    body = []
+    for a in analyses:
+        counts = a.table.status.sum(axis=(0, 1))
+        total = int(counts.sum())
+        rates = [(f"{100 * c / total:.1f}" if a.table.has_status and total else "n/a")
+                 for c in counts.tolist()]
+        body.append([a.name, str(int(a.table.missing.sum())), *rates])
+    lines += _table(["model", "missing", *STATUSES], body)
+
+    lines += ["## Plots", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    lines += ["## Tables", ""]
+    lines += [f"- [{name}]({name})" for name in (io.ALL_SUMMARY_CSV, io.ALL_REVISION_CSV,
+                                                  io.ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS)]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: str | Path, text: str) -> Path:
+    """Write ``report.md`` atomically into ``out_dir``; return its path."""
+    path = Path(out_dir) / REPORT_MD
+    io.write_text_atomic(path, text)
+    return path
