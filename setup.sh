@@ -5,7 +5,7 @@
 #
 # 1. Creates .venv with pip (Python >= 3.11; set PYTHON=/path/to/python3 to choose one) and
 #    installs this project editable with the CPU pipeline (`pip install -e ".[fixtures]"`).
-#    --tests also installs what the test suite needs (`.[fixtures,dev]`: pytest, the openai and
+#    --tests also installs what the test suite needs (`.[fixtures,dev]` + sam2: pytest, the openai and
 #    google-genai SDKs, torch + torchvision + transformers for the tiny-VLM tests; several GB).
 #    Re-running is cheap: nothing is reinstalled while pyproject.toml is unchanged.
 # 2. Clones the optional third-party code used only by the GPU backends, unless skipped:
@@ -53,6 +53,11 @@ else
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
+  if [ "$extras" != fixtures ]; then
+    # sam2 is an sdist that must build against the installed torch (CPU build of its extension off).
+    SAM2_BUILD_CUDA=0 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+      --no-build-isolation "sam2==1.1.0" "hydra-core~=1.3.8" "iopath~=0.1.10"
+  fi
   echo "$want" > "$(stamp_of "$extras")"
   echo "setup.sh: .venv ready ($(.venv/bin/python --version))"
 fi

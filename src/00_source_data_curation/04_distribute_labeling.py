@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--merge", action="store_true",
         help="Merge the annotator sheets back into the main sheets (default: off, distribute).")
     parser.add_argument(
+        "--allow-unreviewed", "--allow_unreviewed", dest="allow_unreviewed",
+        action="store_true",
+        help="With --merge: accept blank optimal? values (kept blank, i.e. not accepted) instead "
+             "of reporting them as not reviewed (default: off, every row must be reviewed).")
+    parser.add_argument(
         "--output-dir", "--output_dir", dest="output_dir", default=None,
         help="Stage 00 output folder holding distribute/ (default: from --config's "
              "path.work_dir, else src/00_source_data_curation/outputs).")
@@ -75,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks = [SheetTask("positive", Path(args.positive_csv or layout.positive_sheet()), "target"),
              SheetTask("negative", Path(args.negative_csv or layout.negative_sheet), "lesion")]
     if args.merge:
-        counts = merge_annotations(layout, tasks, n)
+        counts = merge_annotations(layout, tasks, n, allow_unreviewed=args.allow_unreviewed)
         for task, c in counts.items():
             logger.info("%s: accepted %d, rejected %d, unreviewed %d", task, c["accepted"],
                         c["rejected"], c["unreviewed"])

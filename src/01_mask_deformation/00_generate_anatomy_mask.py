@@ -6,7 +6,11 @@ sheet; all rows, reviewed or not) and, with ``anatomy.backend: provided``, the m
 ``path.cxas_mask_path/<dicom>/<class name>.png``. Every required file is checked first (one
 error lists all missing ones); the masks are resized to 1024 x 1024 (nearest) and written to
 ``<stage-01 outputs>/chexmasku_pred/`` and ``cxas_pred/`` (same layout), once per dicom;
-finished dicoms are skipped on re-run. ``anatomy.backend: models`` is not implemented yet.
+finished dicoms are skipped on re-run. With ``anatomy.provided_frame: original`` (default) the
+provided masks are taken to cover the original CXR and mapped with the Stage 00 transform
+(``path.mimic_cxr_path/<dicom_id>.transform.json``: resize to the original size, then the
+letterbox), so they line up with the prepared CXR; ``work`` copies them as they are.
+``anatomy.backend: models`` is not implemented yet.
 
 Example::
 
@@ -68,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = prepare_provided_anatomy(
         dicom_ids, chexmask_src=cfg.path.chexmask_path, cxas_src=cfg.path.cxas_mask_path,
         chexmask_out=layout.chexmask_dir, cxas_out=layout.cxas_dir,
-        zone_source=cfg.mask_deformation.zone_mask_source)
+        zone_source=cfg.mask_deformation.zone_mask_source, cxr_dir=cfg.path.mimic_cxr_path,
+        frame=cfg.anatomy.provided_frame)
     io.write_run_meta(out01, stage="01.00", config=cfg, seeds={"seed": cfg.seed},
                       repo_root=io.repo_root(), extra={"meta_csv": str(meta_csv)})
     logger.info("done: processed %d dicom(s) (%d file(s) written), skipped (done) %d, failed 0; "

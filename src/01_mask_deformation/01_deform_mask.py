@@ -6,8 +6,12 @@ masks (``chexmasku_pred/``, ``cxas_pred/``; CXAS zones from ``path.cxas_mask_pat
 ``mask_deformation.zone_mask_source`` is ``cxas``) and checks that the CXR exists. Writes
 ``deformed_masks/<key_id>/*.png``, ``deformation_results/items/<key_id>.json`` per finished case
 (re-runs skip them), then ``deformation_results/deformation_results.json`` (sheet order) and
-``deformation_results/summary.json`` (counts, failed cases with reasons). Backend
-``morphological`` (CPU) is implemented; ``sam3``/``sam2`` are not yet.
+``deformation_results/summary.json`` (counts, failed cases with reasons). Backends:
+``morphological`` (CPU, no weights); ``sam2`` (``mask_deformation.sam2_checkpoint`` +
+``sam2_config``; SAM refinement of the optimal mask and SAM-realised edits) and ``sam3``
+(``sam3_checkpoint`` + ``sam3_bpe_path``, GPU environment). Each worker process loads the model
+once; with ``mask_deformation.device: cuda`` and several GPUs visible, worker i uses
+``cuda:(i % n)``.
 
 Example::
 
@@ -81,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.num_workers < 1:
         raise ConfigError(f"--num-workers must be >= 1, got {args.num_workers}")
     md = cfg.mask_deformation
-    check_backend(md.backend)
+    sam = check_backend(md.backend, md)
     zone_source = check_zone_source(md.zone_mask_source)
     cxas_zone_dir = args.cxas_zone_dir or cfg.path.cxas_mask_path
     if zone_source == ZONE_SOURCE_CXAS and not cxas_zone_dir:
@@ -112,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir=str(out01), seed=seed, params=DeformationParams.from_config(md),
         chexmask_dir=str(args.chexmask_dir or layout.chexmask_dir),
         cxas_dir=str(args.cxas_dir or layout.cxas_dir), zone_source=zone_source,
-        cxas_zone_dir=str(cxas_zone_dir) if cxas_zone_dir else None)
+        cxas_zone_dir=str(cxas_zone_dir) if cxas_zone_dir else None, sam=sam)
     logger.info("deforming %d accepted case(s) of %d row(s) in %s (backend %s, %d worker(s))",
                 len(tasks), len(rows), sheet, md.backend, args.num_workers)
     summary = run_deformation(

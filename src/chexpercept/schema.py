@@ -84,7 +84,17 @@ class CurationConfig(_Strict):
     num_annotators: int = Field(6, ge=1)
     """Annotators the sheets are split over (paper: 6 experts)."""
     positive_views: list[str] = ["PA", "AP"]
-    """ViewPosition values accepted when ``mimic_meta_path`` is given (frontal views)."""
+    """ViewPosition values accepted when ``mimic_meta_path`` is given (frontal views); applied
+    to positives and negatives alike."""
+    ils_splits: list[Literal["train", "val", "test"]] = ["train"]
+    """MIMIC-ILS splits read (release: ``train`` only, spec section 2.1)."""
+    mimic_cxr_splits: list[Literal["train", "validate", "test"]] | None = None
+    """MIMIC-CXR-JPG official splits kept (``split`` column of ``path.mimic_split_meta_path``);
+    None keeps every split (no split CSV needed)."""
+    prepare_mode: Literal["letterbox", "stretch"] = "letterbox"
+    """How CXRs enter the 1024x1024 working frame: ``letterbox`` keeps the aspect ratio (long
+    side 1024, centred, black padding); ``stretch`` is the release's plain resize. The transform
+    is recorded per dicom (``<mimic_cxr_path>/<dicom_id>.transform.json``)."""
 
 
 class OptimalMaskGenerationConfig(_Strict):
@@ -99,6 +109,10 @@ class AnatomyConfig(_Strict):
     backend: Literal["provided", "models"] = "provided"
     """``provided``: read CheXmask-U/CXAS-layout masks from ``path.chexmask_path`` /
     ``path.cxas_mask_path``; ``models``: run CheXmask-U and CXAS (GPU recommended)."""
+    provided_frame: Literal["original", "work"] = "original"
+    """Frame of provided anatomy masks: ``original`` = they cover the original CXR (its own
+    size, or stretched to a square like MIMIC-ILS masks) and are mapped with the recorded
+    Stage 00 transform; ``work`` = already in the prepared 1024x1024 frame (plain copy)."""
 
 
 class MaskDeformationConfig(_Strict):
@@ -112,6 +126,16 @@ class MaskDeformationConfig(_Strict):
     min_point_distance_px: int = Field(50, ge=0)
     kernel_size_px: int = Field(32, ge=1)
     max_regions_per_case: int = Field(3, ge=1)
+    sam2_checkpoint: str | None = None
+    """``backend: sam2``: local checkpoint (``sam2.1_hiera_tiny.pt`` ...; ``{"model": state}``)."""
+    sam2_config: str = "configs/sam2.1/sam2.1_hiera_t.yaml"
+    """``backend: sam2``: Hydra config name inside the sam2 package, or a path to a YAML file."""
+    sam3_checkpoint: str | None = None
+    """``backend: sam3``: local ``sam3.pt``."""
+    sam3_bpe_path: str | None = None
+    """``backend: sam3``: CLIP BPE vocabulary ``bpe_simple_vocab_16e6.txt.gz``."""
+    device: str = "cuda"
+    """Torch device of SAM backends; with several GPUs visible, worker i uses ``cuda:(i % n)``."""
 
 
 class BenchmarkSamplingConfig(_Strict):
@@ -120,6 +144,14 @@ class BenchmarkSamplingConfig(_Strict):
     lesion_free: int = Field(100, ge=0)
     revision_free: int = Field(100, ge=0)
     revision_required: int = Field(100, ge=0)
+    distinct_cxrs: bool = True
+    """Never select two cases on the same CXR (dicom_id), so cases = CXRs as in the paper
+    (paper_notes.md section 1.3: 2,100 cases on 2,100 CXRs)."""
+
+    def per_path(self) -> dict[str, int]:
+        """Cases wanted per path: ``{lesion_free, revision_free, revision_required: n}``."""
+        return {"lesion_free": self.lesion_free, "revision_free": self.revision_free,
+                "revision_required": self.revision_required}
 
 
 class QAGenerationConfig(_Strict):

@@ -156,7 +156,9 @@ def test_distribute_round_robin_and_merge_back(tmp_path):
     _fill(layout, "B", "positive", {})
     _fill(layout, "A", "negative", {})
     _fill(layout, "B", "negative", {"opacity_s6_negative_0": ""})
-    counts = sheets.merge_annotations(layout, tasks, 2)
+    with pytest.raises(InputError, match="opacity_s6_negative_0: not reviewed"):
+        sheets.merge_annotations(layout, tasks, 2)  # blank = gap by default
+    counts = sheets.merge_annotations(layout, tasks, 2, allow_unreviewed=True)
     assert counts["positive"] == {"accepted": 2, "rejected": 1, "unreviewed": 0}
     assert counts["negative"] == {"accepted": 1, "rejected": 0, "unreviewed": 1}
     merged = {r["key_id"]: r["optimal?"] for r in read_csv_rows(layout.positive_sheet())}
@@ -198,3 +200,26 @@ def test_prepare_images_missing_jpg_names_dicom(tmp_path):
     with Image.open(tmp_path / "png" / "dA.png") as im:
         assert im.mode == "L" and im.size == (1024, 1024)
     assert images.prepare_images({"dA": "files/a.jpg"}, jpg, tmp_path / "png").skipped == 1
+
+
+def test_merge_back_reviewed_exactly_once(tmp_path):
+    """A row answered twice (even with the same value), in one sheet or two, is reported."""
+    layout, tasks = _sheets_for_distribution(tmp_path)
+    sheets.distribute(layout, tasks, 2)
+    for who in ("A", "B"):
+        for task in ("positive", "negative"):
+            _fill(layout, who, task, {})
+    path_b = layout.annotator_dir("B", "positive") / "labeling_sheet.csv"
+    rows_a = read_csv_rows(layout.annotator_dir("A", "positive") / "labeling_sheet.csv")
+    rows_b = read_csv_rows(path_b)
+    dup_key = rows_a[0]["key_id"]
+    write_csv_atomic(path_b, rows_b + [{**rows_a[0], "optimal?": "y"}], POSITIVE_SHEET_COLUMNS)
+    # And a gap: drop annotator A's negative row entirely.
+    neg_a = layout.annotator_dir("A", "negative") / "labeling_sheet.csv"
+    gone = read_csv_rows(neg_a)[0]["key_id"]
+    write_csv_atomic(neg_a, read_csv_rows(neg_a)[1:], NEGATIVE_SHEET_COLUMNS)
+    with pytest.raises(InputError) as exc:
+        sheets.merge_annotations(layout, tasks, 2)
+    msg = str(exc.value)
+    assert f"key_id {dup_key}: reviewed twice" in msg
+    assert gone in msg and "in no annotator sheet" in msg

@@ -116,5 +116,7 @@ def test_build_tasks_rejects_bad_rows_and_backends(tmp_path):
     assert "did you mean 'edema'" in str(exc.value) and "edema_s2_positive_0" in str(exc.value)
     check_backend("morphological")
     for name in ("sam3", "sam2"):
-        with pytest.raises(ConfigError, match="not implemented"):
+        with pytest.raises(ConfigError, match="needs the mask_deformation config"):
             check_backend(name)
+    with pytest.raises(ConfigError, match="unknown value"):
+        check_backend("sam1")

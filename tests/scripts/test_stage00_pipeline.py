@@ -206,3 +206,29 @@ def test_missing_jpg_and_rosalia_are_clear_errors(tmp_path, fixture_paths, capsy
     assert "synth-dicom-00001" in err and "empty-jpg" in err
     assert run_main(_script("01_generate_rosalia_pred.py"), ["--config", str(cfg)]) == 2
     assert "rosalia" in capsys.readouterr().err
+
+
+def test_letterbox_keeps_masks_aligned_and_counts_summarised(stage00, fixture_paths):
+    """Prepared CXRs are letterboxed with a recorded transform; candidate masks follow it."""
+    from chexpercept import io
+
+    tmp, _, layout = stage00
+    key = read_json(fixture_paths.answer_key)["dicoms"]
+    index = read_json(io.transforms_index(tmp / "mimic_cxr"))
+    rows = read_csv_rows(layout.positive_sheet())
+    for r in rows:
+        t = io.read_frame_transform(tmp / "mimic_cxr", r["dicom_id"])
+        assert t is not None and t.mode == "letterbox" and index[r["dicom_id"]] == t.to_json()
+        # Fixture boxes are in the square (stretched) frame: square -> original -> letterbox.
+        x0, y0, x1, y1 = key[r["dicom_id"]]["lesions"][r["target"]]["bbox_xyxy"]
+        ex0, ex1 = (x / 1024 * t.resized_width + t.pad_x for x in (x0, x1))
+        ey0, ey1 = (y / 1024 * t.resized_height + t.pad_y for y in (y0, y1))
+        mask = np.asarray(Image.open(layout.candidate_mask(r["target"], r["pair_id"]))) > 0
+        ys, xs = np.nonzero(mask)
+        assert abs(xs.min() - ex0) <= 3 and abs(xs.max() - ex1) <= 3, r["key_id"]
+        assert abs(ys.min() - ey0) <= 3 and abs(ys.max() - ey1) <= 3, r["key_id"]
+    summary = read_json(layout.sampling_summary)
+    assert summary["params"]["ils_splits"] == ["train"]
+    for kind in ("global", "basic", "negative"):  # per-lesion counts next to the outputs
+        assert set(summary["selected"][kind]) == set(LESIONS)
+    assert sum(summary["selected"]["negative"].values()) == 14

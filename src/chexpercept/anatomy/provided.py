@@ -25,7 +25,13 @@ from chexpercept.anatomy.names import (
     ZONE_SOURCES,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import anatomy_mask_path, read_mask, write_mask
+from chexpercept.io import (
+    anatomy_mask_path,
+    mask_to_frame,
+    read_frame_transform,
+    read_mask,
+    write_mask,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +105,20 @@ def _same_dir(a: Path, b: Path) -> bool:
 def prepare_provided_anatomy(
     dicom_ids: Sequence[str], *, chexmask_src: str | Path | None, cxas_src: str | Path | None,
     chexmask_out: Path, cxas_out: Path, zone_source: str,
+    cxr_dir: str | Path | None = None, frame: str = "original",
 ) -> AnatomyPrepSummary:
     """Backend ``provided`` of 01.00: validate the provided masks and copy them, resized to 1024.
 
     Every unique dicom (duplicates are processed once; release defect 24) gets the required
     CheXmask-U (``right_lung``, ``left_lung``) and CXAS (``right lung``, ``left lung``, plus the
     six zones when ``zone_source`` is ``cxas``) files, and the optional ones (``heart``, CXAS zones)
-    when present. Masks are resized (nearest) to 1024 × 1024 and written as 0/255 L PNGs,
-    atomically. A dicom whose outputs all exist is skipped (resume). When a source folder is the
+    when present. With ``frame`` ``original`` and a Stage 00 transform recorded for the dicom
+    (``<cxr_dir>/<dicom_id>.transform.json``), each mask is taken to cover the original CXR (at
+    its own size, or stretched to a square) and mapped like the image
+    (:func:`chexpercept.io.mask_to_frame`: resize to the original H x W, then letterbox or
+    stretch); otherwise (``frame`` ``work`` or no transform) it is resized (nearest) to
+    1024 × 1024. Masks are written as 0/255 L PNGs, atomically. A dicom whose outputs all
+    exist is skipped (resume). When a source folder is the
     output folder, files are only validated.
 
     Args:
@@ -116,6 +128,8 @@ def prepare_provided_anatomy(
         chexmask_out: Stage-01 ``chexmasku_pred/``.
         cxas_out: Stage-01 ``cxas_pred/``.
         zone_source: ``mask_deformation.zone_mask_source``.
+        cxr_dir: ``path.mimic_cxr_path`` (where the transforms are); None: plain resize.
+        frame: ``anatomy.provided_frame`` (``original`` or ``work``).
 
     Returns:
         The run's counts.
@@ -152,8 +166,13 @@ def prepare_provided_anatomy(
         if all(dst.is_file() for _, dst in jobs):
             summary.skipped_done += 1
             continue
+        transform = (read_frame_transform(cxr_dir, dicom)
+                      if cxr_dir is not None and frame == "original" else None)
         for src_path, dst_path in jobs:
-            write_mask(dst_path, read_mask(src_path))
+            if transform is None:
+                write_mask(dst_path, read_mask(src_path))
+            else:
+                write_mask(dst_path, mask_to_frame(read_mask(src_path, size=None), transform))
             summary.files_written += 1
         summary.processed += 1
     return summary

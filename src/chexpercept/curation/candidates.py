@@ -23,7 +23,10 @@ from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import (
     WORK_SIZE,
     CurationLayout,
+    FrameTransform,
+    mask_to_frame,
     read_cxr,
+    read_frame_transform,
     read_mask,
     write_bytes_atomic,
     write_mask,
@@ -136,8 +139,19 @@ def sheet_row(item: Mapping[str, Any], layout: CurationLayout) -> dict[str, str]
             "plot_path": str(layout.review_plot(item["target"], key_id).resolve())}
 
 
-def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None) -> np.ndarray:
-    """The MIMIC-ILS lesion mask of a pair, resized (nearest) to the working frame.
+def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
+                  transform: FrameTransform | None = None) -> np.ndarray:
+    """The MIMIC-ILS lesion mask of a pair, mapped into the working frame.
+
+    MIMIC-ILS masks are square (512 or 1024) and cover the original CXR stretched to a square.
+    With the CXR's recorded ``transform`` the mask is mapped like the image (resize to the
+    original H x W, then the letterbox/stretch; :func:`chexpercept.io.mask_to_frame`); without
+    one (a hand-filled release-style PNG folder) it is resized (nearest) to 1024 x 1024.
+
+    Args:
+        item: The work item (``seg_mask_path``).
+        seg_mask_root: ``path.mimic_ils_seg_mask_path``.
+        transform: The CXR's transform (``<mimic_cxr_path>/<dicom_id>.transform.json``).
 
     Returns:
         (1024, 1024) bool.
@@ -151,7 +165,9 @@ def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None) -> 
         raise InputError("pair has no seg_mask_path")
     if not seg_mask_root:
         raise InputError("path.mimic_ils_seg_mask_path is not set")
-    return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE)
+    if transform is None:
+        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE)
+    return mask_to_frame(read_mask(Path(seg_mask_root) / rel, size=None), transform)
 
 
 def check_segmenter(name: str) -> None:
@@ -249,7 +265,7 @@ def process_item(item: Mapping[str, Any], layout: CurationLayout, *, cxr_dir: st
     check_segmenter(segmenter)
     src = Path(cxr_dir) / f"{item['dicom_id']}.png"
     try:
-        mask = provided_mask(item, seg_mask_root)
+        mask = provided_mask(item, seg_mask_root, read_frame_transform(cxr_dir, item["dicom_id"]))
         image = read_cxr(src)
     except InputError as exc:
         return ItemOutcome(key_id, "failed", str(exc))

@@ -1,9 +1,16 @@
-"""Stage 00.00 image preparation: MIMIC-CXR-JPG files -> flat ``<mimic_cxr_path>/<dicom_id>.png``.
+"""Stage 00.00 image preparation: MIMIC-CXR-JPG files -> ``<mimic_cxr_path>/<dicom_id>.png``.
 
-The release assumes this flat 1024 x 1024 PNG copy exists but never makes it (spec section 0
-"Images", section 8 item 24). We make it: 8-bit gray, plain resize to 1024 x 1024 (aspect
-ratio not kept, so that MIMIC-ILS's square lesion masks stay aligned; same rule as
-``chexpercept.io.read_cxr``), written atomically; existing PNGs are kept (resume).
+The release assumes a flat 1024 x 1024 PNG copy exists but never makes it (spec section 0
+"Images", section 8 item 24). We make it and KEEP THE TRANSFORM: every PNG gets a sidecar
+``<dicom_id>.transform.json`` (:class:`chexpercept.io.FrameTransform`: original size, scales,
+padding) and the folder gets an index ``transforms.json``, so any working-frame mask or point
+maps back to the original image (:func:`chexpercept.io.mask_to_original`).
+
+Modes (config ``source_data_curation.prepare_mode``): ``letterbox`` (default; aspect ratio kept,
+long side 1024, centred on black) or ``stretch`` (plain resize, the release's frame). MIMIC-ILS
+masks are square and cover the original image stretched to a square; Stage 00.01 maps them with
+:func:`chexpercept.io.mask_to_frame` (resize to the original H x W, then the same transform),
+so masks and images stay aligned in both modes.
 """
 
 from __future__ import annotations
@@ -17,7 +24,18 @@ import numpy as np
 from PIL import Image
 
 from chexpercept.errors import InputError
-from chexpercept.io import WORK_SIZE, write_png_atomic
+from chexpercept.io import (
+    PREPARE_MODES,
+    WORK_SIZE,
+    FrameTransform,
+    frame_transform,
+    image_to_frame,
+    read_frame_transform,
+    transform_sidecar,
+    transforms_index,
+    write_json_atomic,
+    write_png_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +51,16 @@ def missing_sources(images: Mapping[str, str], jpg_root: str | Path) -> list[str
             if not (Path(jpg_root) / rel).is_file()]
 
 
-def convert_jpg(src: str | Path, dst: str | Path, size: int = WORK_SIZE) -> None:
-    """Convert one CXR to an 8-bit gray ``size`` x ``size`` PNG (bilinear, aspect not kept).
+def read_gray(src: str | Path) -> np.ndarray:
+    """Read a CXR at its own size as 8-bit gray.
+
+    16-bit / float images are rescaled by their min/max; RGB(A) is converted to luminance.
+
+    Returns:
+        (H, W) uint8 at the file's resolution.
 
     Raises:
-        InputError: If the source cannot be decoded.
+        InputError: If the file cannot be decoded.
     """
     try:
         with Image.open(src) as im:
@@ -46,15 +69,40 @@ def convert_jpg(src: str | Path, dst: str | Path, size: int = WORK_SIZE) -> None
                 arr = np.asarray(im, dtype=np.float64)
                 lo, hi = float(arr.min()), float(arr.max())
                 arr = np.zeros_like(arr) if hi <= lo else (arr - lo) / (hi - lo) * 255.0
-                im = Image.fromarray(np.round(arr).astype(np.uint8))
-            elif im.mode != "L":
+                return np.round(arr).astype(np.uint8)
+            if im.mode != "L":
                 im = im.convert("RGB").convert("L")
-            if im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            arr8 = np.asarray(im, dtype=np.uint8)
+            return np.asarray(im, dtype=np.uint8).copy()
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read image {src}: {exc}") from None
-    write_png_atomic(dst, arr8)
+
+
+def convert_jpg(src: str | Path, dst: str | Path, mode: str = "letterbox",
+                size: int = WORK_SIZE) -> FrameTransform:
+    """Convert one CXR into the working frame and record how.
+
+    Writes the sidecar ``<stem>.transform.json`` first and the PNG last (the PNG marks the item
+    done), both atomically.
+
+    Args:
+        src: The original JPG/PNG.
+        dst: The destination ``<dicom_id>.png``.
+        mode: One of :data:`chexpercept.io.PREPARE_MODES`.
+        size: Frame side (1024).
+
+    Returns:
+        The transform used.
+
+    Raises:
+        InputError: If the source cannot be decoded.
+    """
+    arr = read_gray(src)
+    t = frame_transform(arr.shape[1], arr.shape[0], mode, size)
+    out = image_to_frame(arr, t)
+    dst = Path(dst)
+    write_json_atomic(dst.with_name(f"{dst.stem}.transform.json"), t.to_json())
+    write_png_atomic(dst, out)
+    return t
 
 
 @dataclass(frozen=True)
@@ -63,23 +111,35 @@ class PrepareSummary:
 
     Attributes:
         converted: PNGs written now.
-        skipped: PNGs already present (resume).
+        skipped: PNGs already present with a transform of the requested mode (resume).
     """
 
     converted: int
     skipped: int
 
 
-def prepare_images(images: Mapping[str, str], jpg_root: str | Path,
-                   cxr_dir: str | Path, *, iterate=iter) -> PrepareSummary:
-    """Convert every sampled dicom's JPG into the flat working-frame PNG folder.
+def _is_current(cxr_dir: str | Path, dicom_id: str, mode: str) -> bool:
+    if not prepared_png(cxr_dir, dicom_id).is_file():
+        return False
+    t = read_frame_transform(cxr_dir, dicom_id)
+    return t is not None and t.mode == mode
 
-    All sources are checked before anything is converted; every missing one is reported at once.
+
+def prepare_images(images: Mapping[str, str], jpg_root: str | Path,
+                   cxr_dir: str | Path, *, mode: str = "letterbox",
+                   iterate=iter) -> PrepareSummary:
+    """Convert every sampled dicom's JPG into the working-frame PNG folder.
+
+    A PNG is reused only when its sidecar records the same ``mode`` (a PNG without a sidecar, or
+    made in the other mode, is converted again). All sources still to convert are checked
+    before anything is converted; every missing one is reported at once. Finally the index
+    ``transforms.json`` (``{dicom_id: transform}`` of ``images``) is rewritten.
 
     Args:
         images: ``dicom_id -> image_path`` (relative to ``jpg_root``, e.g. ``files/p10/...``).
         jpg_root: ``path.mimic_cxr_jpg_path``.
         cxr_dir: ``path.mimic_cxr_path`` (created if needed).
+        mode: ``source_data_curation.prepare_mode`` (``letterbox`` or ``stretch``).
         iterate: Wraps the item loop (e.g. a progress bar); default plain iteration.
 
     Returns:
@@ -88,12 +148,31 @@ def prepare_images(images: Mapping[str, str], jpg_root: str | Path,
     Raises:
         InputError: Naming each dicom_id whose JPG is missing (with its path), or an image that
             cannot be decoded.
+        ValueError: For an unknown ``mode``.
     """
-    todo = {d: rel for d, rel in images.items() if not prepared_png(cxr_dir, d).is_file()}
+    if mode not in PREPARE_MODES:
+        raise ValueError(f"unknown prepare mode {mode!r}; expected one of {PREPARE_MODES}")
+    todo = {d: rel for d, rel in images.items() if not _is_current(cxr_dir, d, mode)}
     missing = missing_sources(todo, jpg_root)
     if missing:
         raise InputError(f"{len(missing)} source JPG(s) missing under {jpg_root} "
                          f"(path.mimic_cxr_jpg_path):\n  " + "\n  ".join(missing))
     for dicom_id in iterate(list(todo)):
-        convert_jpg(Path(jpg_root) / todo[dicom_id], prepared_png(cxr_dir, dicom_id))
+        convert_jpg(Path(jpg_root) / todo[dicom_id], prepared_png(cxr_dir, dicom_id), mode)
+    index = {}
+    for dicom_id in sorted(images):
+        t = read_frame_transform(cxr_dir, dicom_id)
+        if t is not None:
+            index[dicom_id] = t.to_json()
+    if images:
+        write_json_atomic(transforms_index(cxr_dir), index)
     return PrepareSummary(converted=len(todo), skipped=len(images) - len(todo))
+
+
+def transform_or_none(cxr_dir: str | Path, dicom_id: str) -> FrameTransform | None:
+    """The recorded transform of a prepared CXR (None: treat masks as plain 1024 resizes)."""
+    return read_frame_transform(cxr_dir, dicom_id)
+
+
+__all__ = ["PrepareSummary", "convert_jpg", "missing_sources", "prepare_images", "prepared_png",
+           "read_gray", "transform_or_none", "transform_sidecar"]

@@ -84,6 +84,45 @@ def load_train_split(path: str | Path) -> dict[str, Any]:
     return data["train"]
 
 
+def load_splits(path: str | Path, splits: Sequence[str] = ("train",)) -> dict[str, Any]:
+    """Read and merge the given MIMIC-ILS splits (``train``/``val``/``test``), in that order.
+
+    Entries stay release-shaped (no split field); the caller records which splits were read.
+
+    Args:
+        path: ``path.mimic_ils_path``.
+        splits: ``source_data_curation.ils_splits`` (default ``["train"]``, the release's).
+
+    Returns:
+        ``study_id -> study`` over all requested splits.
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: If a requested split is absent or not a mapping, or a study_id appears in
+            two splits (all problems listed).
+    """
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise SchemaError(f"{path}: expected a JSON object with split mappings "
+                          f"{list(splits)}; found {type(data).__name__}")
+    merged: dict[str, Any] = {}
+    problems: list[str] = []
+    for split in splits:
+        block = data.get(split)
+        if not isinstance(block, dict):
+            problems.append(f"split {split!r} missing or not a mapping (found splits: "
+                            f"{sorted(data)}; config source_data_curation.ils_splits)")
+            continue
+        for study_id, study in block.items():
+            if study_id in merged:
+                problems.append(f"study {study_id} appears in more than one split")
+                continue
+            merged[study_id] = study
+    if problems:
+        raise SchemaError(f"{path}: " + "; ".join(problems))
+    return merged
+
+
 def report_path(report_root: str | Path | None, subject_id: str, study_id: str) -> str | None:
     """``<report_root>/<subject_id[:3]>/<subject_id>/<study_id>.txt`` (None without a root)."""
     if not report_root:
@@ -176,14 +215,43 @@ def read_view_positions(meta_csv: str | Path) -> dict[str, str]:
     return {r["dicom_id"]: r["ViewPosition"].strip() for r in rows}
 
 
+def read_split_map(split_csv: str | Path) -> dict[str, str]:
+    """``dicom_id -> split`` from a MIMIC-CXR-JPG ``split.csv`` (train/validate/test).
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: If ``dicom_id`` or ``split`` columns are missing.
+    """
+    rows = read_csv_rows(split_csv, required=("dicom_id", "split"))
+    return {r["dicom_id"]: r["split"].strip() for r in rows}
+
+
+def filter_splits(pool: SourcePool, split_of: Mapping[str, str],
+                  allowed: Sequence[str]) -> tuple[SourcePool, list[dict[str, str]]]:
+    """Keep only pairs whose dicom is in an allowed MIMIC-CXR split (all three buckets).
+
+    Args:
+        pool: The bucketed pool.
+        split_of: ``dicom_id -> split`` (:func:`read_split_map`).
+        allowed: ``source_data_curation.mimic_cxr_splits``.
+
+    Returns:
+        The filtered pool and one ``{key_id, dicom_id, reason}`` record per dropped pair.
+    """
+    return filter_views(pool, split_of, allowed, what="split", source="split CSV")
+
+
 def filter_views(pool: SourcePool, views: Mapping[str, str],
-                 allowed: Sequence[str]) -> tuple[SourcePool, list[dict[str, str]]]:
+                 allowed: Sequence[str], *, what: str = "view",
+                 source: str = "metadata") -> tuple[SourcePool, list[dict[str, str]]]:
     """Keep only pairs whose dicom has an allowed ViewPosition (applied to all three buckets).
 
     Args:
         pool: The bucketed pool.
         views: ``dicom_id -> ViewPosition`` (:func:`read_view_positions`).
         allowed: Accepted views (config ``source_data_curation.positive_views``).
+        what: Name of the attribute in drop reasons.
+        source: Name of the lookup file in drop reasons.
 
     Returns:
         The filtered pool and one ``{key_id, dicom_id, reason}`` record per dropped pair.
@@ -198,8 +266,8 @@ def filter_views(pool: SourcePool, views: Mapping[str, str],
             if view in allowed_set:
                 out.append(e)
                 continue
-            reason = ("dicom not in metadata" if view is None
-                      else f"view {view!r} not in {sorted(allowed_set)}")
+            reason = (f"dicom not in {source}" if view is None
+                      else f"{what} {view!r} not in {sorted(allowed_set)}")
             dropped.append({"key_id": make_key_id(e["target"], e["pair_id"]),
                             "dicom_id": e["dicom_id"], "reason": reason})
         return out
@@ -223,9 +291,10 @@ def sample_pool(pool: SourcePool, *, seed: int, max_positive: int,
     Positives (release rule, spec section 2.3 ``build_work_list``): up to ``max_positive`` per
     lesion, global pairs first, basic pairs filling the rest; when a bucket has more entries
     than needed, a random subset is drawn. Negatives: ``negatives_per_lesion`` per lesion,
-    drawn among dicoms used by no sampled positive (of any lesion) and by no other lesion's
-    negatives (paper_notes.md section 1.6: negatives disjoint from positives; spec section 2.5:
-    a dicom serves one lesion). Lesions are processed in ``LESIONS`` order, each with
+    drawn among dicoms used by no sampled positive (of any lesion), whose study has no sampled
+    positive either, and used by no other lesion's negatives (paper_notes.md section 1.6:
+    negatives disjoint from positives, here by dicom_id AND study_id; spec section 2.5: a dicom
+    serves one lesion). Lesions are processed in ``LESIONS`` order, each with
     ``rng_for(seed, "curation", lesion)``; the result keeps file order within each lesion.
 
     Args:
@@ -245,15 +314,18 @@ def sample_pool(pool: SourcePool, *, seed: int, max_positive: int,
         sel.global_info[lesion] = [g[i] for i in _pick(rng, len(g), max_positive)]
         room = max_positive - len(sel.global_info[lesion])
         sel.basic_info[lesion] = [b[i] for i in _pick(rng, len(b), room)] if room > 0 else []
-    positive_dicoms = {e["dicom_id"] for bucket in (sel.global_info, sel.basic_info)
-                       for entries in bucket.values() for e in entries}
+    positives = [e for bucket in (sel.global_info, sel.basic_info)
+                 for entries in bucket.values() for e in entries]
+    positive_dicoms = {e["dicom_id"] for e in positives}
+    positive_studies = {str(e["study_id"]) for e in positives}
     used: set[str] = set()
     for lesion in LESIONS:
         seen: set[str] = set()
         candidates = []
         for e in pool.negative_info[lesion]:
             d = e["dicom_id"]
-            if d in positive_dicoms or d in used or d in seen:
+            if (d in positive_dicoms or str(e["study_id"]) in positive_studies or d in used
+                    or d in seen):
                 continue
             seen.add(d)
             candidates.append(e)
@@ -264,7 +336,8 @@ def sample_pool(pool: SourcePool, *, seed: int, max_positive: int,
         if len(chosen) < negatives_per_lesion:
             sel.shortfalls[lesion] = (f"{len(chosen)} of {negatives_per_lesion} negatives "
                                       f"available ({len(pool.negative_info[lesion])} global "
-                                      f"negative pairs before excluding positive/used dicoms)")
+                                      f"negative pairs before excluding positive "
+                                      f"dicoms/studies and used dicoms)")
             logger.warning("%s: only %s", lesion, sel.shortfalls[lesion])
     return sel
 

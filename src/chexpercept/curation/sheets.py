@@ -327,13 +327,23 @@ def distribute(layout: CurationLayout, tasks: Sequence[SheetTask],
 
 
 def merge_annotations(layout: CurationLayout, tasks: Sequence[SheetTask],
-                      num_annotators: int) -> dict[str, dict[str, int]]:
+                      num_annotators: int, *,
+                      allow_unreviewed: bool = False) -> dict[str, dict[str, int]]:
     """Write the annotators' ``optimal?`` values back into the main sheets (release defect 26).
 
-    Every annotator value is parsed strictly (:func:`chexpercept.schema.parse_optimal`). All
-    problems are collected and reported at once: a missing annotator sheet, an invalid value, a
-    key_id answered differently by two annotators, a main-sheet row no annotator has, or an
-    annotator row absent from the main sheet. Nothing is written if there is any problem.
+    Every main-sheet row must be reviewed exactly once with a valid value. Every annotator
+    value is parsed strictly (:func:`chexpercept.schema.parse_optimal`). All problems are
+    collected and reported at once, each naming the task, key_id and annotator sheet: a missing
+    annotator sheet, an invalid value, a key_id answered by more than one annotator or twice in
+    one sheet (conflicting or not), a main-sheet row no annotator has (gap), a blank value (not
+    reviewed; allowed only with ``allow_unreviewed``), or an annotator row absent from the main
+    sheet. Nothing is written if there is any problem.
+
+    Args:
+        layout: Stage 00 layout (annotator folders).
+        tasks: The sheets to merge into.
+        num_annotators: Annotators A.. the sheets were split over.
+        allow_unreviewed: Accept blank values (kept blank) instead of reporting them.
 
     Returns:
         task -> {accepted, rejected, unreviewed} counts.
@@ -363,12 +373,16 @@ def merge_annotations(layout: CurationLayout, tasks: Sequence[SheetTask],
                 if key_id not in main_keys:
                     problems.append(f"{t.task}: {sheet}: key_id {key_id} is not in {t.path}")
                     continue
-                if key_id in answers and answers[key_id][2] != verdict:
+                if key_id in answers:
                     other = answers[key_id]
-                    problems.append(f"{t.task}: key_id {key_id}: annotator {other[0]} says "
-                                    f"{other[1]!r}, annotator {annotator} says {raw!r}")
+                    kind = "conflict" if other[2] != verdict else "reviewed twice"
+                    problems.append(f"{t.task}: key_id {key_id}: {kind}: annotator {other[0]} "
+                                    f"says {other[1]!r}, annotator {annotator} says {raw!r}")
                     continue
-                answers.setdefault(key_id, (annotator, raw, verdict))
+                if verdict is None and not allow_unreviewed:
+                    problems.append(f"{t.task}: {sheet}: key_id {key_id}: not reviewed (blank "
+                                    f"{OPTIMAL_COLUMN}; fill y/n)")
+                answers[key_id] = (annotator, raw, verdict)
         absent = [k for k in (r["key_id"] for r in main_rows) if k not in answers]
         if absent:
             problems.append(f"{t.task}: {len(absent)} row(s) of {t.path} in no annotator sheet: "

@@ -23,7 +23,7 @@ comes from one seeded generator (15).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,12 @@ MAX_FAKE_DEPTH_RAISES = 3
 REASON_EMPTY_MASK = "empty_mask"
 REASON_NO_LUNG_OVERLAP = "no_lung_overlap"
 REASON_NO_VALID_DEFORMATION = "no_valid_deformation"
+
+
+#: Edit step of a model backend: ``(base mask, morphological target, expansion points,
+#: contraction points) -> realised mask`` (see :func:`deform_case`).
+MaskRealiser = Callable[[np.ndarray, np.ndarray, Sequence[Sequence[int]],
+                         Sequence[Sequence[int]]], np.ndarray]
 
 
 class CaseFailure(ChexperceptError):
@@ -239,7 +245,8 @@ class _CaseRunner:
     """Runs steps 4-5 and the distractors of one case (state is local to one case)."""
 
     def __init__(self, lesion: str, anatomy: CaseAnatomy, rng: np.random.Generator,
-                 params: DeformationParams) -> None:
+                 params: DeformationParams, realise: MaskRealiser | None = None) -> None:
+        self.realise = realise
         self.is_cardio = lesion == "cardiomegaly"
         self.anatomy = anatomy
         self.rng = rng
@@ -314,7 +321,12 @@ class _CaseRunner:
     def _apply(self, comp: _Component, recs: Sequence[_Recorded]) -> np.ndarray:
         adds = [r.delta for r in recs if r.operation == EXPANSION]
         removes = [r.delta for r in recs if r.operation == CONTRACTION]
-        return compose(comp.mask, adds, removes, self.p.min_component_size_px)
+        target = compose(comp.mask, adds, removes, self.p.min_component_size_px)
+        if self.realise is None:
+            return target
+        exp_pts = [pt for r in recs if r.operation == EXPANSION for pt in r.points]
+        cont_pts = [pt for r in recs if r.operation == CONTRACTION for pt in r.points]
+        return self.realise(comp.mask, target, exp_pts, cont_pts)
 
     # ---- step 5 ----------------------------------------------------------------------
 
@@ -447,6 +459,8 @@ class _CaseRunner:
                               [delta] if op == CONTRACTION else [], self.p.min_component_size_px)
                 exp_pts = found.points if op == EXPANSION else []
                 cont_pts = found.points if op == CONTRACTION else []
+                if self.realise is not None:
+                    new = self.realise(stack.mask, new, exp_pts, cont_pts)
                 ok = (points_verified(new, exp_pts, cont_pts)
                       and changed_enough(new, stack.mask, self.p.min_changed_frac,
                                          self.p.min_changed_px))
@@ -462,9 +476,13 @@ class _CaseRunner:
 
 def deform_case(
     lesion: str, components: Sequence[np.ndarray], anatomy: CaseAnatomy,
-    rng: np.random.Generator, params: DeformationParams,
+    rng: np.random.Generator, params: DeformationParams, realise: MaskRealiser | None = None,
 ) -> CaseDeformation:
     """Run steps 3-5 of 01.01 on one case with the morphological backend.
+
+    Model backends (``sam2``/``sam3``) reuse this whole procedure (selection, point collection,
+    verification, retries, QA chain, fakes) and swap only the edit step through ``realise``:
+    the morphological result becomes the perturbed mask input of a SAM prediction.
 
     Args:
         lesion: The case's lesion (``cardiomegaly`` uses zones only, depth 1).
@@ -473,6 +491,9 @@ def deform_case(
         anatomy: The case's anatomy (lungs already OR-ed with the lesion).
         rng: The case's generator (``rng_for(seed, "deformation", key_id)``).
         params: Backend parameters.
+        realise: Optional edit step ``(base, target, expansion_points, contraction_points) ->
+            new mask`` (all (1024, 1024) bool; points [x, y]); None keeps the morphological
+            target. It must not keep state between calls that changes its results.
 
     Returns:
         The case's result and masks (``optimal_*``, ``suboptimal_component_<i>``, QA steps,
@@ -484,7 +505,7 @@ def deform_case(
     """
     if not components:
         raise CaseFailure(REASON_EMPTY_MASK, "no mask component reaches the minimum size")
-    runner = _CaseRunner(lesion, anatomy, rng, params)
+    runner = _CaseRunner(lesion, anatomy, rng, params, realise)
     masks: dict[str, np.ndarray] = {}
     comps: list[_Component] = []
     for i, mask in enumerate(components):
@@ -526,6 +547,7 @@ __all__ = [
     "CaseDeformation",
     "CaseFailure",
     "DeformationParams",
+    "MaskRealiser",
     "deform_case",
     "optimal_components",
     "select_anatomies",

@@ -28,9 +28,18 @@ from chexpercept.deformation.morphological import (
     deform_case,
     optimal_components,
 )
+from chexpercept.deformation.sam import (
+    SAM_BACKENDS,
+    SamRealiser,
+    SamSettings,
+    check_sam_settings,
+    load_predictor,
+    refine_components,
+)
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import (
     DeformationLayout,
+    read_cxr,
     read_json,
     read_mask,
     write_json_atomic,
@@ -43,7 +52,7 @@ from chexpercept.schema import parse_deformation_results
 logger = logging.getLogger(__name__)
 
 DEFORMATION_BACKENDS: tuple[str, ...] = ("morphological", "sam3", "sam2")
-"""``mask_deformation.backend`` choices (only ``morphological`` is implemented)."""
+"""``mask_deformation.backend`` choices (``sam2``/``sam3`` need torch and the model package)."""
 
 #: Indentation of ``deformation_results.json`` (the release writes indent 4; spec 3.2).
 RESULTS_INDENT = 4
@@ -52,20 +61,27 @@ REASON_MISSING_INPUT = "missing_input"
 REASON_UNEXPECTED = "unexpected_error"
 
 
-def check_backend(backend: str) -> None:
-    """Raise for deformation backends that are not available in this version.
+def check_backend(backend: str, md: Any = None) -> SamSettings | None:
+    """Validate the deformation backend (and, for SAM backends, its config keys).
+
+    Args:
+        backend: ``mask_deformation.backend``.
+        md: The ``mask_deformation`` config section (needed for ``sam2``/``sam3``).
+
+    Returns:
+        None for ``morphological``; the model settings for ``sam2``/``sam3``.
 
     Raises:
-        ConfigError: For ``sam3``/``sam2`` (model-based refinement is a later issue) or an unknown
-            name.
+        ConfigError: For an unknown name, or a SAM backend without its checkpoint (and BPE file
+            for sam3) configured and present.
     """
     if backend == "morphological":
-        return
-    if backend in ("sam3", "sam2"):
-        raise ConfigError(
-            f"mask_deformation.backend '{backend}' (SAM-prompted deformation) is not implemented "
-            "in this version; set mask_deformation.backend: morphological (CPU, no model weights)"
-        )
+        return None
+    if backend in SAM_BACKENDS:
+        if md is None:
+            raise ConfigError(f"mask_deformation.backend {backend!r} needs the "
+                              f"mask_deformation config section")
+        return check_sam_settings(backend, md)
     raise ConfigError(f"mask_deformation.backend: unknown value {backend!r}; expected one of "
                       f"{', '.join(DEFORMATION_BACKENDS)}")
 
@@ -101,6 +117,8 @@ class DeformationSettings:
         cxas_dir: CXAS folder (lungs).
         zone_source: ``mask_deformation.zone_mask_source``.
         cxas_zone_dir: CXAS folder for zones (``path.cxas_mask_path``), used for ``cxas`` zones.
+        sam: Model settings of a ``sam2``/``sam3`` backend (None: ``morphological``); each
+            worker process loads the model once.
     """
 
     out_dir: str
@@ -110,6 +128,7 @@ class DeformationSettings:
     cxas_dir: str
     zone_source: str
     cxas_zone_dir: str | None = None
+    sam: SamSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +210,13 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
             raise InputError(f"key_id {task.key_id}: CXR not found: {task.cxr_path}")
         candidate = read_mask(task.candidate_mask)
         components = optimal_components(candidate, settings.params.min_component_size_px)
+        realise = None
+        if settings.sam is not None:
+            predictor = load_predictor(settings.sam)
+            components = refine_components(predictor, components,
+                                           settings.params.min_component_size_px)
+            realise = SamRealiser(predictor, read_cxr(task.cxr_path),
+                                  settings.params.min_component_size_px)
         lesion_mask = np.zeros_like(candidate)
         for comp in components:
             lesion_mask |= comp
@@ -199,7 +225,8 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
             chexmask_dir=settings.chexmask_dir, cxas_dir=settings.cxas_dir,
             zone_source=settings.zone_source, cxas_zone_dir=settings.cxas_zone_dir)
         rng = rng_for(settings.seed, "deformation", task.key_id)
-        case = deform_case(task.lesion, components, anatomy, rng, settings.params)
+        case = deform_case(task.lesion, components, anatomy, rng, settings.params,
+                           realise=realise)
     except CaseFailure as exc:
         return CaseOutcome(task.key_id, "failed", exc.reason, exc.detail)
     except ConfigError:
