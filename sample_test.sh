@@ -71,6 +71,7 @@ step "01 anatomy masks + mask deformation"
 step "02 QA generation + benchmark export"
 "$PY" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
 "$PY" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
+"$PY" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
 
 step "03 evaluation"
 "$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only

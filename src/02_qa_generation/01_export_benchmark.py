@@ -3,8 +3,11 @@
 Reads ``qa_results/qa_results.json`` and the image bundle ``chexpercept/<key_id>/`` written by
 ``00_generate_qa.py``. Writes ``<benchmark-dir>/chexpercept.json`` (same schema as
 qa_results.json; lesion order, then path, then key_id), ``<benchmark-dir>/chexpercept/<key_id>/``
-(hard links, or copies) and ``<benchmark-dir>/sampling_summary.json``. Cases per lesion and path
-come from ``qa_generation.sampling`` (paper: 100 each); a shortfall takes all and is logged.
+(hard links, or copies), ``<benchmark-dir>/sampling_summary.json`` and
+``<benchmark-dir>/stats.csv`` (cases, CXRs and QA items per lesion, path and stage; also printed).
+Cases per lesion and path come from ``qa_generation.sampling`` (paper: 100 each, at most one case
+per CXR with ``distinct_cxrs``); a shortfall takes all and is logged. The written bundle is then
+checked by the shared validator (``chexpercept.bundle``; exit 2 on a problem).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from chexpercept.bundle import format_stats_table
 from chexpercept.io import QALayout, read_json, repo_root, stage_output_dir
 from chexpercept.qa import LINK_MODES, export_benchmark
 from chexpercept.schema import load_chexpercept_config
@@ -54,16 +58,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     bundle = args.bundle_dir or out02.bundle_dir
     benchmark_dir = args.benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR
     setup_logging(args.log_level, None, progress=not args.no_progress)
+    sampling = cfg.qa_generation.sampling
     report = export_benchmark(read_json(qa_json), bundle_dir=bundle, benchmark_dir=benchmark_dir,
-                              seed=cfg.seed,
-                              per_path=cfg.qa_generation.sampling.model_dump(), link=args.link)
+                              seed=cfg.seed, per_path=sampling.per_path(), link=args.link,
+                              distinct_cxrs=sampling.distinct_cxrs)
+    print(format_stats_table(report.stats))
     s = report.summary
     logger.info("exported %d cases (%d QA items, %d images; %d file(s) linked, %d copied; "
                 "%d lesion/path shortfall(s)) -> %s", s["cases"], s["qa_items"], s["images"],
                 report.linked_files, report.copied_files, len(s["shortfalls"]),
                 report.layout.json_path)
-    logger.info("images: %s; sampling summary: %s", report.layout.images_dir,
-                report.layout.sampling_summary_json)
+    logger.info("images: %s; sampling summary: %s; stats: %s", report.layout.images_dir,
+                report.layout.sampling_summary_json, report.layout.stats_csv)
     return 0
 
 

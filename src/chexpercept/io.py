@@ -624,6 +624,10 @@ class CurationLayout:
         """``rosalia_pred/<target>/<pair_id>/pred_mask.png``."""
         return self.candidate_root / target / pair_id / "pred_mask.png"
 
+    def candidate_text(self, target: str, pair_id: str) -> Path:
+        """``rosalia_pred/<target>/<pair_id>/pred_text.json`` (segmenter's text + instruction)."""
+        return self.candidate_root / target / pair_id / "pred_text.json"
+
     def candidate_image(self, target: str, pair_id: str) -> Path:
         """``rosalia_pred/<target>/<pair_id>/pred_img.png``."""
         return self.candidate_root / target / pair_id / "pred_img.png"
@@ -709,6 +713,11 @@ class DeformationLayout:
     def summary_json(self) -> Path:
         """``deformation_results/summary.json`` (counts and failed cases with reasons)."""
         return self.out / "deformation_results" / "summary.json"
+
+    @property
+    def anatomy_summary_json(self) -> Path:
+        """``anatomy_summary.json`` (01.00: backends, counts and failed dicoms with reasons)."""
+        return self.out / "anatomy_summary.json"
 
     def item_json(self, key_id: str) -> Path:
         """Per-case result written as soon as a case finishes (resume): ``deformation_results/items/<key_id>.json``."""

@@ -95,6 +95,21 @@ class CurationConfig(_Strict):
     """How CXRs enter the 1024x1024 working frame: ``letterbox`` keeps the aspect ratio (long
     side 1024, centred, black padding); ``stretch`` is the release's plain resize. The transform
     is recorded per dicom (``<mimic_cxr_path>/<dicom_id>.transform.json``)."""
+    rosalia_weights: str | None = None
+    """``segmenter: rosalia``: local ROSALIA checkpoint folder (HF layout of
+    ``checkone/ROSALIA-7B-v1``: ``config.json`` + weight shards), loaded with LISA's
+    ``LISAForCausalLM.from_pretrained`` (original_release_spec.md section 2.3)."""
+    rosalia_tokenizer: str | None = None
+    """``segmenter: rosalia``: local tokenizer folder (release: ``xinlai/LISA-7B-v1``); None
+    uses ``rosalia_weights``."""
+    rosalia_vision_tower: str | None = None
+    """``segmenter: rosalia``: local CLIP ViT-L/14 folder (release:
+    ``openai/clip-vit-large-patch14``); required, nothing is downloaded."""
+    lisa_path: str | None = None
+    """``segmenter: rosalia``: the LISA code checkout made by ``setup.sh``; None means
+    ``src/00_source_data_curation/LISA``."""
+    rosalia_max_new_tokens: int = Field(512, ge=1)
+    """``segmenter: rosalia``: generation budget of ``model.evaluate`` (release: 512)."""
 
 
 class OptimalMaskGenerationConfig(_Strict):
@@ -106,13 +121,43 @@ class OptimalMaskGenerationConfig(_Strict):
 class AnatomyConfig(_Strict):
     """``anatomy.*`` (Stage 01.00)."""
 
-    backend: Literal["provided", "models"] = "provided"
-    """``provided``: read CheXmask-U/CXAS-layout masks from ``path.chexmask_path`` /
-    ``path.cxas_mask_path``; ``models``: run CheXmask-U and CXAS (GPU recommended)."""
+    backend: list[Literal["provided", "cxas", "chexmask-u", "models"]] = ["provided"]
+    """Anatomy sources, one name or a list. ``cxas`` runs the CXAS network (torchxrayvision's
+    UNet-ResNet50) into ``cxas_pred/``; ``chexmask-u`` runs HybridGNet (CheXmask-U) into
+    ``chexmasku_pred/``; a layout no model writes is copied from the ``provided`` masks
+    (``path.chexmask_path`` / ``path.cxas_mask_path``). ``models`` (deprecated) means
+    ``[cxas, chexmask-u]``."""
     provided_frame: Literal["original", "work"] = "original"
     """Frame of provided anatomy masks: ``original`` = they cover the original CXR (its own
     size, or stretched to a square like MIMIC-ILS masks) and are mapped with the recorded
     Stage 00 transform; ``work`` = already in the prepared 1024x1024 frame (plain copy)."""
+    device: str = "cuda"
+    """Torch device of the ``cxas`` / ``chexmask-u`` models (``cuda``, ``cuda:1``, ``cpu``)."""
+    batch_size: int = Field(4, ge=1)
+    """Images per forward pass of the anatomy models."""
+    cxas_weights: str | None = None
+    """``cxas``: local ``baseline_models_cxas_UNet_ResNet50_default_repack.pth`` (torchxrayvision
+    release v1) or the CXAS package's ``UNet_ResNet50_default.pth``; nothing is downloaded."""
+    cxas_classes: list[str] = ["right lung", "left lung", "right upper zone lung",
+                               "right mid zone lung", "right lung base", "left upper zone lung",
+                               "left mid zone lung", "left lung base", "heart"]
+    """``cxas``: the CXAS classes written as ``<dicom>/<class name>.png`` (names of the 159-label
+    set; default: the ones the pipeline reads, spec section 3.1, plus the heart)."""
+    chexmask_u_path: str | None = None
+    """``chexmask-u``: the CheXmask-U checkout made by ``setup.sh``; None means
+    ``src/01_mask_deformation/CheXmask-U``."""
+    chexmask_u_weights: str | None = None
+    """``chexmask-u``: local HybridGNet weights (``pytorch_model.bin`` of the HF repo
+    ``mcosarinsky/CheXmask-U`` subfolder ``v1_skip``, or CheXmask's ``bestMSE.pt``)."""
+    chexmask_u_config: str | None = None
+    """``chexmask-u``: the model's ``config.json``; None uses ``config.json`` next to the
+    weights if present, else the published defaults (latents 64, input 1024, skip on)."""
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _one_or_list(cls, value: Any) -> Any:
+        """``backend: cxas`` is short for ``backend: [cxas]``."""
+        return [value] if isinstance(value, str) else value
 
 
 class MaskDeformationConfig(_Strict):

@@ -52,7 +52,8 @@ def test_sample_counts_order_and_shortfall(stage02):
     edema = [k for k in keys if k.startswith("edema")]
     assert len(edema) == 3 and set(edema) <= set(EXTRA_NEG)
     assert per_lesion["edema"]["lesion_free"] == {"available": 10, "requested": 3,
-                                                  "selected": 3, "shortfall": 0}
+                                                  "selected": 3, "shortfall": 0,
+                                                  "shared_cxr": 0}
     assert per_lesion["cardiomegaly"]["revision_free"]["shortfall"] == 1
     assert per_lesion["effusion"]["revision_required"]["selected"] == 1
     order = [(LESIONS.index(lesion_from_key_id(k)), QA_PATHS.index(qa_path_of(items[k])), k)

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
-
 from chexpercept import io, schema
+from chexpercept.bundle import check_bundle
+from chexpercept.bundle import listed_option_count as listed_option_count  # re-exported
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.lesions import LESIONS, QA_PATHS
+from chexpercept.lesions import QA_PATHS
 
 logger = logging.getLogger(__name__)
 
@@ -277,62 +276,13 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayou
     return EvalCase(key_id, lesion, path, tuple(turns), item)
 
 
-_OPTION_LINE = re.compile(r"^\s*\((\d+)\)")
-
-
-def listed_option_count(question: str) -> int | None:
-    """Number of ``(i) ...`` lines after the last ``Options:`` line, or None if there is none."""
-    lines = question.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip().lower() == "options:"]
-    if not starts:
-        return None
-    return sum(1 for line in lines[starts[-1] + 1:] if _OPTION_LINE.match(line))
-
-
-def _check_answers(turn: PlannedTurn) -> list[str]:
-    problems = []
-    n = turn.num_options
-    where = turn.spec.name
-    if n < 1:
-        return [f"{where}: no answer options"]
-    gt = turn.ground_truth
-    indices = list(gt) if isinstance(gt, tuple) else [gt]
-    bad = [i for i in indices if not 1 <= i <= n]
-    if bad:
-        problems.append(f"{where}: answer_index {list(indices) if turn.multi_select else gt} out "
-                        f"of range 1..{n}")
-    if turn.multi_select:
-        if not indices:
-            problems.append(f"{where}: empty answer_index")
-        if len(set(indices)) != len(indices):
-            problems.append(f"{where}: repeated answer_index {indices}")
-        if turn.none_index in indices and len(indices) > 1:
-            problems.append(f"{where}: answer_index {indices} mixes the None option with others")
-    listed = listed_option_count(turn.question)
-    if listed is not None and listed != n:
-        problems.append(f"{where}: question lists {listed} options but answer_options has {n}")
-    return problems
-
-
-def _image_problem(path: Path) -> str | None:
-    if not path.is_file():
-        return "missing"
-    try:
-        with Image.open(path) as im:
-            im.verify()
-    except (OSError, ValueError, SyntaxError) as exc:
-        return f"cannot be opened as an image ({exc})"
-    return None
-
-
 def validate_bundle(bundle: Bundle, key_ids: Sequence[str] | None = None) -> list[EvalCase]:
     """Check up front everything the selected cases need, and plan them.
 
-    Checks, per case: the key_id's lesion; the questions its path needs; every image of every
-    turn exists and opens (PIL ``verify``); revision-result options have distinct
-    ``relative_path`` images, one per option; each question's listed ``(i)`` options match
-    ``answer_options``; every ``answer_index`` is in range (multi-select: non-empty, no repeats,
-    "None" only alone).
+    The checks are the shared bundle validator's (:func:`chexpercept.bundle.check_bundle`,
+    also run by Stage 02): questions per path, images present, readable and the CXR's size,
+    option counts, answer indices, point options, answer-revealing names (an error for our
+    bundles, a warning for the released one). Warnings are logged.
 
     Args:
         bundle: The loaded benchmark.
@@ -345,44 +295,11 @@ def validate_bundle(bundle: Bundle, key_ids: Sequence[str] | None = None) -> lis
         SchemaError: Once, listing every problem as ``<key_id>: <what> (<path>)``.
     """
     keys = list(bundle.items) if key_ids is None else list(key_ids)
-    problems: list[str] = []
-    cases: list[EvalCase] = []
-    checked: dict[Path, str | None] = {}
-    for key_id in keys:
-        item = bundle.items.get(key_id)
-        if item is None:
-            problems.append(f"{key_id}: not in {bundle.layout.json_path}")
-            continue
-        if key_id.split("_", 1)[0] not in LESIONS:
-            problems.append(f"{key_id}: key_id does not start with a lesion name "
-                            f"({', '.join(LESIONS)})")
-            continue
-        try:
-            case = plan_case(key_id, item, bundle.layout)
-        except SchemaError as exc:
-            problems.append(str(exc))
-            continue
-        case_problems: list[str] = []
-        for turn in case.turns:
-            case_problems.extend(f"{key_id}: {p}" for p in _check_answers(turn))
-            for image in turn.images:
-                if image not in checked:
-                    checked[image] = _image_problem(image)
-                if checked[image] is not None:
-                    case_problems.append(f"{key_id}: {turn.spec.name} image {checked[image]} "
-                                         f"({image})")
-            if turn.spec.name == "contour_revision_qa_revision_result":
-                distinct = {p.resolve() for p in turn.images}
-                if len(distinct) != turn.num_options:
-                    case_problems.append(f"{key_id}: {turn.spec.name} has {turn.num_options} "
-                                         f"options but {len(distinct)} distinct option images")
-        problems.extend(case_problems)
-        if not case_problems:
-            cases.append(case)
-    if problems:
-        raise SchemaError(f"{bundle.layout.root}: {len(problems)} problem(s) in the benchmark "
-                          f"bundle (no case was run):\n  " + "\n  ".join(problems))
-    logger.info("benchmark bundle OK: %d case(s), %d image(s) checked", len(cases), len(checked))
+    check = check_bundle(bundle.layout, bundle.items, key_ids)
+    check.log_warnings()
+    check.raise_for_problems(" (no case was run)")
+    cases = [plan_case(key_id, bundle.items[key_id], bundle.layout) for key_id in keys]
+    logger.info("benchmark bundle OK: %d case(s), %d image(s) checked", len(cases), check.images)
     return cases
 
 

@@ -30,7 +30,11 @@ logger = logging.getLogger(__name__)
 
 #: Version of the Stage 02 generator; bump when output for the same input changes, so that a
 #: re-run rebuilds items written by an older version instead of resuming them.
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
+#: zlib level of the rendered PNGs: 3 encodes a 1024x1024 RGB CXR about 3.5x faster than
+#: PIL's default 6 for ~5 % more bytes (measured on the sample-test fixtures); encoding was
+#: ~85 % of Stage 02 time at level 6.
+PNG_COMPRESS_LEVEL = 3
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def process_case(task: CaseTask) -> CaseOutcome:
         return CaseOutcome(task.key_id, "failed", reason=reason)
     shutil.rmtree(task.case_dir, ignore_errors=True)
     for rel, array in images.items():
-        write_png_atomic(task.case_dir / rel, array)
+        write_png_atomic(task.case_dir / rel, array, compress_level=PNG_COMPRESS_LEVEL)
     write_json_atomic(task.item_path, {"fingerprint": fingerprint,
                                        "images": sorted(images), "item": item})
     return CaseOutcome(task.key_id, "built", item=item)

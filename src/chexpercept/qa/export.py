@@ -1,8 +1,9 @@
 """Stage 02 export: sample the benchmark from qa_results.json and write the released layout.
 
 Reads ``qa_results/qa_results.json`` and the bundle ``chexpercept/<key_id>/``; writes
-``<benchmark>/chexpercept.json``, ``<benchmark>/chexpercept/<key_id>/`` (hard links or copies)
-and ``<benchmark>/sampling_summary.json`` (:class:`chexpercept.io.BenchmarkLayout`). The
+``<benchmark>/chexpercept.json``, ``<benchmark>/chexpercept/<key_id>/`` (hard links or copies),
+``<benchmark>/sampling_summary.json`` and ``<benchmark>/stats.csv``
+(:class:`chexpercept.io.BenchmarkLayout`). The
 release had no sampling code (original_release_spec.md section 8 item 17); the per-lesion,
 per-path counts are the paper's 100/100/100 (paper_notes.md section 1.3) by default.
 """
@@ -13,14 +14,14 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chexpercept.bundle import BUNDLE_FORMAT, STATS_COLUMNS, check_bundle, stats_rows
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import BenchmarkLayout, write_json_atomic
+from chexpercept.io import BenchmarkLayout, write_csv_atomic, write_json_atomic
 from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
-from chexpercept.qa.generate import count_questions
 from chexpercept.qa.render import case_image_relpaths
 from chexpercept.rng import rng_for
 from chexpercept.schema import BenchmarkItem, parse_benchmark, qa_path_of
@@ -40,6 +41,7 @@ class ExportReport:
         summary: Content of ``sampling_summary.json``.
         copied_files: Files copied because hard-linking failed or ``copy`` was asked.
         linked_files: Files hard-linked.
+        stats: Rows of ``stats.csv`` (:func:`chexpercept.bundle.stats_rows`).
     """
 
     layout: BenchmarkLayout
@@ -47,26 +49,41 @@ class ExportReport:
     summary: dict[str, Any]
     copied_files: int = 0
     linked_files: int = 0
+    stats: list[dict[str, Any]] = field(default_factory=list)
 
 
-def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Mapping[str, int]
-                 ) -> tuple[list[str], dict[str, Any]]:
+#: Order in which (path, lesion) pools are filled when CXRs must be distinct: the scarcest
+#: cases (revision-required, which need a deformation) first, negatives last.
+FILL_ORDER = ("revision_required", "revision_free", "lesion_free")
+
+
+def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Mapping[str, int],
+                 distinct_cxrs: bool = False) -> tuple[list[str], dict[str, Any]]:
     """Seeded sampling of ``per_path[path]`` cases per lesion and path.
 
-    Candidates of a (lesion, path) are sorted by key_id and drawn without replacement with
-    ``rng_for(seed, "sampling", lesion, path)``, so the draw depends only on the set of
-    candidates. When fewer are available all are taken and the shortfall is logged.
+    Candidates of a (lesion, path) are sorted by key_id and put in a random order with
+    ``rng_for(seed, "sampling", lesion, path)``; the first ``per_path[path]`` are taken, so
+    the draw depends only on the set of candidates (revision-free cases are thus a uniform
+    draw among the revision-free pool, see
+    :func:`chexpercept.qa.generate.assign_revision_free`). With ``distinct_cxrs`` a candidate
+    whose dicom_id is already selected is passed over; pools are then filled path by path in
+    :data:`FILL_ORDER`, lesions in :data:`chexpercept.lesions.LESIONS` order. When fewer are
+    available all are taken and the shortfall is logged.
 
     Args:
         items: Validated cases keyed by key_id.
         seed: Config seed.
         per_path: Cases wanted per lesion for each of ``lesion_free``, ``revision_free``,
-            ``revision_required`` (config ``qa_generation.sampling``).
+            ``revision_required`` (config ``qa_generation.sampling``; paper: 100 each,
+            paper_notes.md section 1.3).
+        distinct_cxrs: Never select two cases on the same CXR (config
+            ``qa_generation.sampling.distinct_cxrs``).
 
     Returns:
         ``(key_ids, per_lesion)``: key_ids ordered by lesion order, then path order
         (:data:`chexpercept.lesions.QA_PATHS`), then key_id; per_lesion gives
-        ``{lesion: {path: {available, requested, selected, shortfall}}}``.
+        ``{lesion: {path: {available, requested, selected, shortfall, shared_cxr}}}``
+        (``shared_cxr``: candidates passed over because their CXR was already selected).
 
     Raises:
         SchemaError: If a key_id's lesion prefix is unknown.
@@ -82,28 +99,45 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
         groups.setdefault((lesion, qa_path_of(item)), []).append(key_id)
     if bad:
         raise SchemaError("qa results: " + "; ".join(bad))
+    used: set[str] = set()
+    chosen: dict[tuple[str, str], list[str]] = {}
+    shared: dict[tuple[str, str], int] = {}
+    for path in FILL_ORDER:
+        for lesion in LESIONS:
+            pool = sorted(groups.get((lesion, path), []))
+            want = int(per_path.get(path, 0))
+            order = rng_for(seed, "sampling", lesion, path).permutation(len(pool))
+            picked, passed = [], 0
+            for i in order:
+                if len(picked) >= want:
+                    break
+                key_id = pool[int(i)]
+                dicom = items[key_id].dicom_id
+                if distinct_cxrs and dicom in used:
+                    passed += 1
+                    continue
+                picked.append(key_id)
+                used.add(dicom)
+            chosen[(lesion, path)] = sorted(picked)
+            shared[(lesion, path)] = passed
     selected: list[str] = []
     per_lesion: dict[str, dict[str, dict[str, int]]] = {}
     shortfalls: list[str] = []
     for lesion in LESIONS:
         per_lesion[lesion] = {}
         for path in QA_PATHS:
-            pool = sorted(groups.get((lesion, path), []))
+            picked = chosen[(lesion, path)]
             want = int(per_path.get(path, 0))
-            if len(pool) <= want:
-                chosen = pool
-                if len(pool) < want:
-                    shortfalls.append(f"{lesion}/{path} {len(pool)}/{want}")
-            else:
-                idx = rng_for(seed, "sampling", lesion, path).choice(len(pool), size=want,
-                                                                     replace=False)
-                chosen = sorted(pool[int(i)] for i in idx)
-            selected += chosen
-            per_lesion[lesion][path] = {"available": len(pool), "requested": want,
-                                        "selected": len(chosen),
-                                        "shortfall": max(0, want - len(chosen))}
+            available = len(groups.get((lesion, path), []))
+            selected += picked
+            if len(picked) < want:
+                shortfalls.append(f"{lesion}/{path} {len(picked)}/{want}")
+            per_lesion[lesion][path] = {"available": available, "requested": want,
+                                        "selected": len(picked),
+                                        "shortfall": max(0, want - len(picked)),
+                                        "shared_cxr": shared[(lesion, path)]}
     if shortfalls:
-        logger.warning("fewer cases than requested, taking all available (available/requested): "
+        logger.warning("fewer cases than requested, taking all available (selected/requested): "
                        "%s", ", ".join(shortfalls))
     return selected, per_lesion
 
@@ -122,13 +156,17 @@ def _place_file(src: Path, dst: Path, link: str) -> bool:
 
 
 def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir: Path, seed: int,
-                     per_path: Mapping[str, int], link: str = "hardlink") -> ExportReport:
+                     per_path: Mapping[str, int], link: str = "hardlink",
+                     distinct_cxrs: bool = False, validate: bool = True) -> ExportReport:
     """Sample cases and write the benchmark folder (re-running gives identical bytes).
 
     Every selected case's images are checked first; then ``chexpercept.json`` is written
     atomically (the chosen values, unchanged, in :func:`sample_cases` order), each case folder
-    is rebuilt in a temporary folder and renamed into place, folders of cases not selected
-    are removed, and ``sampling_summary.json`` is written.
+    is rebuilt in a temporary folder and renamed into place (files are hard-linked, not
+    rewritten), folders of cases not selected are removed, ``sampling_summary.json`` (with
+    the :data:`chexpercept.bundle.BUNDLE_FORMAT` marker) and ``stats.csv``
+    (:func:`chexpercept.bundle.stats_rows`) are written, and the written bundle is checked
+    with :func:`chexpercept.bundle.check_bundle` (strict names).
 
     Args:
         raw: Loaded ``qa_results.json`` (plain JSON).
@@ -137,18 +175,21 @@ def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir:
         seed: Config seed.
         per_path: Cases per lesion and path (see :func:`sample_cases`).
         link: ``hardlink`` (copy where linking fails, e.g. across file systems) or ``copy``.
+        distinct_cxrs: One case per CXR at most (see :func:`sample_cases`).
+        validate: Check the written bundle (default True).
 
     Returns:
-        The report.
+        The report (``stats`` holds the stats rows).
 
     Raises:
-        SchemaError: If ``raw`` does not validate.
+        SchemaError: If ``raw`` does not validate, or the written bundle fails the check.
         InputError: Listing every selected case whose folder or images are missing.
     """
     if link not in LINK_MODES:
         raise InputError(f"link mode '{link}': expected one of {LINK_MODES}")
     items = parse_benchmark(raw, "qa results")
-    selected, per_lesion = sample_cases(items, seed=seed, per_path=per_path)
+    selected, per_lesion = sample_cases(items, seed=seed, per_path=per_path,
+                                        distinct_cxrs=distinct_cxrs)
     bundle_dir = Path(bundle_dir)
     missing = [f"{key_id}/{rel}" for key_id in selected for rel in case_image_relpaths(raw[key_id])
                if not (bundle_dir / key_id / rel).is_file()]
@@ -186,14 +227,26 @@ def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir:
                    "requested": v["requested"]}
                   for lesion, paths in per_lesion.items() for path, v in paths.items()
                   if v["shortfall"]]
+    chosen = {k: items[k] for k in selected}
+    report.stats = stats_rows(chosen)
+    total = report.stats[-1]
     report.summary = {
+        "bundle_format": BUNDLE_FORMAT,
         "seed": seed,
         "requested_per_lesion": {path: int(per_path.get(path, 0)) for path in QA_PATHS},
+        "distinct_cxrs": distinct_cxrs,
         "cases": len(selected),
-        "qa_items": sum(count_questions(raw[k]) for k in selected),
-        "images": len({raw[k]["dicom_id"] for k in selected}),
+        "qa_items": total["qa_items"],
+        "images": total["cxrs"],
         "per_lesion": per_lesion,
         "shortfalls": shortfalls,
     }
     write_json_atomic(layout.sampling_summary_json, report.summary)
+    write_csv_atomic(layout.stats_csv, report.stats, STATS_COLUMNS)
+    if validate:
+        check = check_bundle(layout, chosen, strict_names=True)
+        check.log_warnings()
+        check.raise_for_problems(" (written by the export)")
+        logger.info("exported bundle validated: %d case(s), %d image(s)", len(check.cases),
+                    check.images)
     return report

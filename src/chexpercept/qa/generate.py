@@ -13,12 +13,13 @@ import logging
 import multiprocessing
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chexpercept.bundle import stage_counts
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.io import (
     QALayout,
@@ -204,13 +205,26 @@ def no_deformation_ratio(ratios: Mapping[str, float], lesion: str) -> float:
     return float(ratios.get(lesion, ratios.get("default", DEFAULT_NO_DEFORMATION_RATIO)))
 
 
-def assign_revision_free(key_ids: Sequence[str], seed: int, ratios: Mapping[str, float]
-                         ) -> dict[str, bool]:
-    """Seeded revision-free split per lesion (fixes defect 16: not the first N in CSV order).
+def assign_revision_free(key_ids: Sequence[str], seed: int, ratios: Mapping[str, float],
+                         eligible: Collection[str] | None = None) -> dict[str, bool]:
+    """Seeded revision-free / revision-required split per lesion (fixes defect 16).
 
-    Per lesion, its key_ids are shuffled with ``rng_for(seed, "qa_split", lesion)`` and the
-    first ``round(n * ratio)`` of the shuffled order are revision-free
-    (``no_deformation=True``); the ratio is from :func:`no_deformation_ratio`.
+    Rule, per lesion with ``n`` positives: ``n_rr = n - round(n * ratio)`` (the ratio from
+    :func:`no_deformation_ratio`, spec section 4.1) revision-required cases are drawn at
+    random (``rng_for(seed, "qa_split", lesion)``) among the positives with a usable
+    deformation (``eligible``; fewer if fewer are eligible); every other positive is
+    revision-free. The export then draws ``sampling.revision_required`` cases at random from
+    the first group and ``sampling.revision_free`` at random from the second, so in the
+    sampled benchmark the revision-required cases are a uniform draw among deformable
+    positives and the revision-free ones a uniform draw among the remaining positives. With
+    the paper's defaults (ratio 0.5, 100/100) a lesion needs >= 200 positives of which
+    >= 100 are deformable.
+
+    Args:
+        key_ids: Positive key_ids (any order; the draw depends on their order per lesion).
+        seed: Config seed.
+        ratios: ``qa_generation.no_deformation_ratio``.
+        eligible: key_ids that can be revision-required; None means all.
 
     Returns:
         key_id -> no_deformation, for every key_id given.
@@ -221,27 +235,21 @@ def assign_revision_free(key_ids: Sequence[str], seed: int, ratios: Mapping[str,
     flags: dict[str, bool] = {}
     for lesion, keys in by_lesion.items():
         n_free = round(len(keys) * no_deformation_ratio(ratios, lesion))
-        order = rng_for(seed, "qa_split", lesion).permutation(len(keys))
-        free = {keys[int(i)] for i in order[:n_free]}
-        flags.update({k: k in free for k in keys})
+        pool = [k for k in keys if eligible is None or k in eligible]
+        n_required = min(len(keys) - n_free, len(pool))
+        order = rng_for(seed, "qa_split", lesion).permutation(len(pool))
+        required = {pool[int(i)] for i in order[:n_required]}
+        flags.update({k: k not in required for k in keys})
     return flags
 
 
 def count_questions(item: Mapping[str, Any]) -> int:
     """QA items of one case as the paper counts them (paper_notes.md section 1.2).
 
-    Detection 1; contour eval 1; revision 3 when asked; attributes 4 when present.
+    Detection 1; contour eval 1; revision 3 when asked; attributes 4 when present
+    (:func:`chexpercept.bundle.stage_counts`).
     """
-    n = 1
-    contour = item.get("contour_qa")
-    if contour:
-        n += 1
-        if not contour.get("no_deformation"):
-            n += sum(1 for k in ("contour_revision_qa_expansion", "contour_revision_qa_contraction",
-                                 "contour_revision_qa_revision_result") if contour.get(k))
-    if item.get("attribute_extraction_qa"):
-        n += 4
-    return n
+    return sum(stage_counts(BenchmarkItem.model_validate(item)))
 
 
 def _run(tasks: Sequence[CaseTask], num_workers: int,
@@ -305,12 +313,13 @@ def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
     cases = parse_deformation_results(read_json(inputs.deformation_results_json),
                                       inputs.deformation_results_json)
     sel = select_cases(inputs, cases)
-    flags = assign_revision_free(sel.positives, seed, ratios)
-    forced = [k for k in sel.positives if not flags[k] and not has_deformation(cases[k])]
-    for key_id in forced:
-        flags[key_id] = True
-        logger.warning("%s: no component has a deformation step; presented revision-free",
-                       key_id)
+    deformable = {k for k in sel.positives if has_deformation(cases[k])}
+    flags = assign_revision_free(sel.positives, seed, ratios, eligible=deformable)
+    forced = [k for k in sel.positives if k not in deformable]
+    if forced:
+        logger.warning("%d positive(s) have no deformation step and can only be revision-free: "
+                       "%s", len(forced), ", ".join(forced[:10]) + (" ..." if len(forced) > 10
+                                                                     else ""))
 
     tasks, failed = [], []
     for key_id in sel.positives + sel.negatives:
@@ -374,11 +383,14 @@ def _summary(items: Mapping[str, Mapping[str, Any]], sel: Selection, flags: Mapp
         per_lesion[lesion_from_key_id(key_id)][qa_path_of(BenchmarkItem.model_validate(item))] += 1
         questions += count_questions(item)
     split: dict[str, dict[str, Any]] = {}
+    forced_set = set(forced)
     for key_id, free in flags.items():
         lesion = lesion_from_key_id(key_id)
         entry = split.setdefault(lesion, {"ratio": no_deformation_ratio(ratios, lesion),
-                                          "positives": 0, "revision_free": 0})
+                                          "positives": 0, "deformable": 0,
+                                          "revision_free": 0})
         entry["positives"] += 1
+        entry["deformable"] += int(key_id not in forced_set)
         entry["revision_free"] += int(free)
     return {
         "cases": len(items),

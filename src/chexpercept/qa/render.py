@@ -61,11 +61,15 @@ def overlay_mask(gray: np.ndarray, mask: np.ndarray, *, rgb: Sequence[float] = O
     Returns:
         (H, W, 3) uint8 RGB.
     """
-    img = to_rgb(gray).astype(np.float64) / 255.0
-    m = np.asarray(mask, dtype=bool)[:, :, None].astype(np.float64)
-    color = np.asarray(rgb, dtype=np.float64)[None, None, :]
-    out = img * (1.0 - alpha * m) + color * alpha * m
-    return np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
+    out = to_rgb(gray)
+    m = np.asarray(mask, dtype=bool)
+    # Only masked pixels change (elsewhere the formula gives the gray value back exactly), so
+    # blend just those: same bytes as blending the whole frame, several times faster.
+    img = out[m].astype(np.float64) / 255.0
+    color = np.asarray(rgb, dtype=np.float64)[None, :]
+    out[m] = np.clip(np.rint((img * (1.0 - alpha) + color * alpha) * 255.0), 0, 255
+                     ).astype(np.uint8)
+    return out
 
 
 def draw_points(rgb: np.ndarray, options: Sequence[Mapping[str, Any]]) -> np.ndarray:
