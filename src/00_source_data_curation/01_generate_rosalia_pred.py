@@ -1,11 +1,22 @@
 """Stage 00.01: candidate lesion masks for the sampled positives, with review plots and sheets.
 
-Reads ``global_segmentation_info.json`` / ``basic_segmentation_info.json`` (Stage 00.00),
-``path.mimic_cxr_path/<dicom_id>.png`` and, for ``source_data_curation.segmenter: provided``,
-the MIMIC-ILS lesion masks (``path.mimic_ils_seg_mask_path/<seg_mask_path>``, resized nearest to
-1024). Writes under ``rosalia_pred/`` of the Stage 00 output folder:
+Reads ``global_segmentation_info.json`` / ``basic_segmentation_info.json`` (Stage 00.00) and
+``path.mimic_cxr_path/<dicom_id>.png``. The candidate mask comes from
+``source_data_curation.segmenter``:
 
-- ``<target>/<pair_id>/pred_img.png`` (copy of the CXR) and ``pred_mask.png`` (0/255);
+- ``provided``: the MIMIC-ILS lesion mask (``path.mimic_ils_seg_mask_path/<seg_mask_path>``,
+  mapped into the working frame with the CXR's recorded transform);
+- ``rosalia``: ROSALIA (LISA architecture) on a CUDA GPU from local weights
+  (``rosalia_weights``, ``rosalia_tokenizer``, ``rosalia_vision_tower``; LISA code from
+  ``lisa_path``, default ``src/00_source_data_curation/LISA``), loaded once; the instruction is
+  built deterministically from the pair (``Segment the {target}.`` for cardiomegaly or both
+  lungs, else ``Segment the {target} in the {A | A and B | A, B, and C}.``). The GPU is the
+  first of ``CUDA_VISIBLE_DEVICES``: run one shard per GPU.
+
+Writes under ``rosalia_pred/`` of the Stage 00 output folder, per pair as it goes:
+
+- ``<target>/<pair_id>/pred_img.png`` (copy of the CXR), ``pred_mask.png`` (0/255) and
+  ``pred_text.json`` (segmenter, instruction, output text);
 - ``plots/<target>/<key_id>.png`` (image | red 33 % overlay; title key_id, location, source);
 - ``results[_part<p>].json`` and ``labeling_sheet[_part<p>].csv`` (columns
   ``POSITIVE_PART_SHEET_COLUMNS`` when sharded, ``POSITIVE_SHEET_COLUMNS`` otherwise;
@@ -13,13 +24,14 @@ the MIMIC-ILS lesion masks (``path.mimic_ils_seg_mask_path/<seg_mask_path>``, re
 - ``summary[_part<p>].json``: processed / skipped / failed items, failures with reasons
   (e.g. a pair without a lesion mask).
 
-Items whose three files exist are skipped (resume). ``segmenter: rosalia`` is not available in
-this version (config error). ``--total-parts`` defaults to 1, so ``--part 0`` alone processes
-everything (the release defaulted to 4).
+Items whose image, mask and plot exist are skipped (resume). ``--total-parts`` defaults to 1,
+so ``--part 0`` alone processes everything (the release defaulted to 4).
 
-Example::
+Example (4 GPUs, one shard each)::
 
-    python src/00_source_data_curation/01_generate_rosalia_pred.py --config cfg/config.yaml
+    for p in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$p python \
+      src/00_source_data_curation/01_generate_rosalia_pred.py --config cfg/config.yaml \
+      --part $p --total-parts 4 & done; wait
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from pathlib import Path
 
 from chexpercept import io
 from chexpercept.curation import candidates
+from chexpercept.curation.segmenters import create_segmenter
 from chexpercept.errors import InputError
 from chexpercept.schema import (
     POSITIVE_PART_SHEET_COLUMNS,
@@ -84,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_samples = args.max_samples if args.max_samples is not None else cur.max_samples_per_lesion
     work = candidates.build_work_list(info["global"], info["basic"], max_samples)
     items = candidates.shard(work, args.part, args.total_parts)
+    todo = [it for it in items if not candidates.item_done(it, layout)]
+    # Load the model only when there is work (a finished shard re-runs without a GPU).
+    segmenter = create_segmenter(cur.segmenter, cfg) if todo else None
     logger.info("%d work item(s)%s of %d", len(items),
                 f" in part {args.part}/{args.total_parts}" if args.part is not None else "",
                 len(work))
@@ -94,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for item in progress(items, total=len(items), desc="candidates"):
         outcome = candidates.process_item(item, layout, cxr_dir=cfg.path.mimic_cxr_path,
                                           seg_mask_root=cfg.path.mimic_ils_seg_mask_path,
-                                          segmenter=cur.segmenter)
+                                          segmenter=segmenter or cur.segmenter)
         outcomes.append(outcome)
         if outcome.status == "failed":
             logger.warning("%s failed: %s", outcome.key_id, outcome.reason)

@@ -1,16 +1,25 @@
 """Stage 01.00: anatomy masks (CheXmask-U lungs/heart and CXAS classes) for every CXR of a sheet.
 
 Reads the unique ``dicom_id`` values of ``--meta-csv`` (default: the Stage 00 positive labeling
-sheet; all rows, reviewed or not) and, with ``anatomy.backend: provided``, the masks under
-``path.chexmask_path/<dicom>/{right_lung,left_lung,heart}.png`` and
-``path.cxas_mask_path/<dicom>/<class name>.png``. Every required file is checked first (one
-error lists all missing ones); the masks are resized to 1024 x 1024 (nearest) and written to
-``<stage-01 outputs>/chexmasku_pred/`` and ``cxas_pred/`` (same layout), once per dicom;
-finished dicoms are skipped on re-run. With ``anatomy.provided_frame: original`` (default) the
-provided masks are taken to cover the original CXR and mapped with the Stage 00 transform
-(``path.mimic_cxr_path/<dicom_id>.transform.json``: resize to the original size, then the
-letterbox), so they line up with the prepared CXR; ``work`` copies them as they are.
-``anatomy.backend: models`` is not implemented yet.
+sheet; all rows, reviewed or not) and writes ``<stage-01 outputs>/chexmasku_pred/<dicom>/
+{right_lung,left_lung,heart}.png`` and ``cxas_pred/<dicom>/<class name>.png``, once per dicom;
+finished dicoms are skipped on re-run. ``anatomy.backend`` (one name or a list) says who
+writes each layout:
+
+- ``chexmask-u``: HybridGNet from the ``setup.sh`` clone (``anatomy.chexmask_u_path``) with
+  local weights ``anatomy.chexmask_u_weights``, run on ``path.mimic_cxr_path/<dicom_id>.png``;
+- ``cxas``: the CXAS UNet-ResNet50 of torchxrayvision with local weights
+  ``anatomy.cxas_weights``, classes ``anatomy.cxas_classes``;
+- a layout no model writes is copied from the provided masks ``path.chexmask_path`` /
+  ``path.cxas_mask_path`` (``provided``): every required file is checked first (one error
+  lists all missing ones); with ``anatomy.provided_frame: original`` (default) they are taken to
+  cover the original CXR and mapped with the Stage 00 transform
+  (``path.mimic_cxr_path/<dicom_id>.transform.json``: resize to the original size, then the
+  letterbox); ``work`` copies them (resized to 1024 x 1024, nearest);
+- ``models`` (deprecated) = ``[cxas, chexmask-u]``.
+
+Models are loaded once, before any work; ``anatomy.device`` picks the GPU (or ``cpu``).
+``anatomy_summary.json`` records counts and failed dicoms (e.g. a missing CXR) with reasons.
 
 Example::
 
@@ -26,10 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
-from chexpercept.anatomy import prepare_provided_anatomy
-from chexpercept.anatomy.provided import models_backend_unavailable
+from chexpercept.anatomy import create_segmenters, generate_anatomy
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
 
 logger = logging.getLogger("00_generate_anatomy_mask")
 
@@ -52,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Validate and copy the provided anatomy masks of every dicom of the sheet."""
+    """Write the anatomy masks of every dicom of the sheet (provided copies and/or models)."""
     args = build_parser().parse_args(argv)
     cfg = load_chexpercept_config(args.config)
     out01 = (Path(args.output_dir) if args.output_dir
@@ -60,25 +68,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     layout = io.DeformationLayout(out01)
     setup_logging(args.log_level, layout.logs_dir, name="00_generate_anatomy_mask",
                   progress=not args.no_progress)
-    backend = cfg.anatomy.backend  # one of ANATOMY_BACKENDS (checked by the config schema)
-    if backend == "models":
-        raise models_backend_unavailable()
+    backend = "+".join(cfg.anatomy.backend)  # names checked by the config schema
+    segmenters, provided_layouts = create_segmenters(cfg)  # loads models; fails before work
     meta_csv = Path(args.meta_csv) if args.meta_csv else io.CurationLayout(
         io.stage_output_dir("00", cfg.path.work_dir)).positive_sheet()
     rows = io.read_csv_rows(meta_csv, required=("dicom_id",))
     dicom_ids = [r["dicom_id"].strip() for r in rows if r["dicom_id"].strip()]
     logger.info("anatomy (%s): %d row(s), %d unique dicom(s) from %s", backend, len(rows),
                 len(set(dicom_ids)), meta_csv)
-    summary = prepare_provided_anatomy(
-        dicom_ids, chexmask_src=cfg.path.chexmask_path, cxas_src=cfg.path.cxas_mask_path,
-        chexmask_out=layout.chexmask_dir, cxas_out=layout.cxas_dir,
-        zone_source=cfg.mask_deformation.zone_mask_source, cxr_dir=cfg.path.mimic_cxr_path,
-        frame=cfg.anatomy.provided_frame)
+    report = generate_anatomy(
+        cfg, dicom_ids, layout, segmenters=segmenters, provided_layouts=provided_layouts,
+        progress=lambda it, total: progress(it, total=total, desc="anatomy batches"))
+    io.write_json_atomic(layout.anatomy_summary_json, report.to_json())
     io.write_run_meta(out01, stage="01.00", config=cfg, seeds={"seed": cfg.seed},
-                      repo_root=io.repo_root(), extra={"meta_csv": str(meta_csv)})
-    logger.info("done: processed %d dicom(s) (%d file(s) written), skipped (done) %d, failed 0; "
-                "outputs in %s and %s", summary.processed, summary.files_written,
-                summary.skipped_done, layout.chexmask_dir, layout.cxas_dir)
+                      repo_root=io.repo_root(),
+                      extra={"meta_csv": str(meta_csv),
+                             "model_packages": io.package_versions(["torch", "torchxrayvision"])})
+    processed = (report.provided or {}).get("processed", 0) + sum(
+        m["processed"] for m in report.models)
+    skipped = (report.provided or {}).get("skipped_done", 0) + sum(
+        m["skipped_done"] for m in report.models)
+    logger.info("done: %d unique dicom(s); processed %d, skipped (done) %d, failed %d "
+                "(summed over sources); outputs in %s and %s; summary %s", report.dicoms,
+                processed, skipped, len(report.failed), layout.chexmask_dir, layout.cxas_dir,
+                layout.anatomy_summary_json)
     return 0
 
 

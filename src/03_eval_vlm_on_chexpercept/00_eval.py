@@ -5,7 +5,9 @@ writes ``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` with
 ``run_manifest.json``, ``records.jsonl`` (one line per answered turn), ``all_results.json``
 (release schema, original_release_spec.md section 5.8) and ``logs/``. Re-running the same
 command resumes; ``--overwrite`` starts afresh. Baseline providers (dummy, random, oracle) need
-no API key file.
+no API key file. ``--part i --total-parts n`` runs the cases whose key_id hashes to part ``i``
+in ``.../oracle_<setting>/part_<i>_of_<n>/``; ``01_merge_parts.py`` combines the parts.
+``--provider package.module:ClassName`` loads a plugin ``ChatModel`` subclass.
 
 Example:
     python src/03_eval_vlm_on_chexpercept/00_eval.py --provider random --oracle_setting none
@@ -20,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept import io
+from chexpercept.errors import ConfigError
 from chexpercept.evaluation import (
     ORACLE_SETTINGS,
     EvalSettings,
@@ -28,6 +31,14 @@ from chexpercept.evaluation import (
     select_key_ids,
     validate_bundle,
 )
+from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY, run_evaluation_async
+from chexpercept.evaluation.cost_estimate import (
+    call_shapes,
+    estimate,
+    estimate_all_priced,
+    format_estimates,
+)
+from chexpercept.evaluation.sharding import check_part, select_part
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
 from utils.llm.registry import (
@@ -37,7 +48,9 @@ from utils.llm.registry import (
     PROVIDERS,
     create_model,
     default_model,
+    is_plugin_spec,
     provider_class,
+    provider_label,
 )
 
 logger = logging.getLogger("03_eval")
@@ -50,6 +63,101 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _provider_arg(text: str) -> str:
+    if text in PROVIDERS or is_plugin_spec(text):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                     f"{', '.join(PROVIDERS)}, or a plugin "
+                                     f"package.module:ClassName)")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
+    """Flags of the local providers (opensource = vLLM, transformers); others ignore them."""
+    group = parser.add_argument_group("local models (--provider opensource / transformers)")
+    group.add_argument("--model-path", "--model_path", dest="model_path", default=None,
+                       help="Local model folder to load instead of the alias's HF id; the "
+                            "alias keeps its settings (default: none, the HF id).")
+    group.add_argument("--tensor-parallel-size", "--tensor_parallel_size",
+                       dest="tensor_parallel_size", type=_positive_int, default=None,
+                       help="vLLM tensor parallel size (default: every visible GPU, capped "
+                            "by the model's gpu_num).")
+    group.add_argument("--max-model-len", "--max_model_len", dest="max_model_len",
+                       type=_positive_int, default=None,
+                       help="vLLM context length in tokens (default: the model registry's, "
+                            "65536 for most aliases).")
+    group.add_argument("--gpu-memory-utilization", "--gpu_memory_utilization",
+                       dest="gpu_memory_utilization", type=_fraction, default=None,
+                       help="Fraction of GPU memory vLLM may use, in (0, 1] (default: 0.85).")
+    group.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens",
+                       type=_positive_int, default=None,
+                       help="Output-token cap per turn for the local providers "
+                            "(default: 8192).")
+    group.add_argument("--batch-size", "--batch_size", dest="batch_size", type=_positive_int,
+                       default=None,
+                       help="transformers: conversations per generate call (default: 8; "
+                            "Hulu-Med: 1).")
+    group.add_argument("--device", default=None,
+                       help="transformers device; choices: cpu, cuda, cuda:N, auto (default: "
+                            "auto when CUDA and accelerate are available, else cuda if "
+                            "available, else cpu).")
+
+
+def _local_model_options(args: argparse.Namespace) -> dict[str, object]:
+    """The local-provider flags that were given, as ``create_model`` options."""
+    names = ("model_path", "tensor_parallel_size", "max_model_len", "gpu_memory_utilization",
+             "max_new_tokens", "batch_size", "device")
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def _add_api_args(parser: argparse.ArgumentParser) -> None:
+    """Flags of the API providers (openai, azure, gemini); others ignore them."""
+    group = parser.add_argument_group("API models (--provider openai / azure / gemini)")
+    group.add_argument("--base-url", "--base_url", dest="base_url", default=None,
+                       help="OpenAI-compatible server for --provider openai (vLLM serve, SGLang, "
+                            "Ollama), e.g. http://localhost:8000/v1; a key is then optional "
+                            "(default: api.openai.com).")
+    group.add_argument("--deployment", default=None,
+                       help="Azure deployment name (default: the --model value).")
+    group.add_argument("--api-keys", "--api_keys", dest="api_keys", default=None,
+                       help="api_keys.yaml, read only when the provider's key is not in the "
+                            "environment (default: api_info/api_keys.yaml in the repository).")
+    group.add_argument("--concurrency", type=_positive_int, default=None,
+                       help=f"Requests in flight for API providers (default: "
+                            f"{DEFAULT_CONCURRENCY}).")
+    group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
+                       default=None,
+                       help="Retries per request on 429/5xx/timeouts, >= 0 (default: 6).")
+    group.add_argument("--request-timeout", "--request_timeout", dest="request_timeout",
+                       type=float, default=None,
+                       help="Per-attempt HTTP timeout in seconds (default: 600).")
+    group.add_argument("--reasoning-effort", "--reasoning_effort", dest="reasoning_effort",
+                       default=None,
+                       help="openai/azure reasoning models: reasoning_effort (choices: none, "
+                            "minimal, low, medium, high, xhigh); gemini 3: thinking_level "
+                            "(choices: minimal, low, medium, high) (default: medium).")
+    group.add_argument("--estimate-cost", "--estimate_cost", dest="estimate_cost",
+                       action="store_true",
+                       help="Print the expected API cost of the selected cases for --model and "
+                            "every priced model (cfg/pricing.yaml), call no API, and exit "
+                            "(default: off).")
+
+
+def _api_options(args: argparse.Namespace) -> dict[str, object]:
+    """The API-provider flags that were given, as ``create_model`` options."""
+    names = {"base_url": "base_url", "deployment": "deployment", "api_keys": "api_keys",
+             "concurrency": "concurrency", "max_retries": "max_retries",
+             "request_timeout": "timeout_s", "reasoning_effort": "reasoning_effort"}
+    return {option: getattr(args, flag) for flag, option in names.items()
+            if getattr(args, flag) is not None}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,8 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Root of run folders (default: the config's "
                              "eval_vlm_on_chexpercept.output_path, else "
                              f"{io.stage_output_dir('03')}).")
-    parser.add_argument("--provider", choices=list(PROVIDERS), default="opensource",
-                        help="Model provider (default: %(default)s; choices: %(choices)s). "
+    parser.add_argument("--provider", type=_provider_arg, default="opensource",
+                        help="Model provider (default: %(default)s; choices: "
+                             f"{', '.join(PROVIDERS)}, or a plugin package.module:ClassName "
+                             "naming an importable utils.llm.base.ChatModel subclass). "
                              f"Available in this version: {', '.join(BASELINE_PROVIDERS)}.")
     parser.add_argument("--model", default=None,
                         help=f"Model alias or id (default: '{BASELINE_MODEL}' for "
@@ -102,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="Delete this run folder's manifest, records and results and start "
                              "afresh (default: off, resume).")
-    add_common_args(parser, seed=True)
+    _add_local_model_args(parser)
+    _add_api_args(parser)
+    add_common_args(parser, seed=True, parts=True)
     return parser
 
 
@@ -123,30 +235,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_path = args.output_path or (
         config.eval_vlm_on_chexpercept.output_path if config else None) or \
         io.stage_output_dir("03", config.path.work_dir if config else None)
+    check_part(args.part, args.total_parts)
     if not args.validate_only:
         provider_class(provider)  # fail fast on an unavailable provider, before any work
 
     bundle = load_bundle(args.benchmark_dir)
     key_ids = select_key_ids(bundle, limit=args.limit, per_path_limit=args.per_path_limit)
+    key_ids = select_part(key_ids, args.part, args.total_parts)  # by key_id hash (sharding.py)
     cases = validate_bundle(bundle, key_ids)
     if args.validate_only:
         logger.info("benchmark bundle %s is valid: %d case(s) checked", bundle.layout.root,
                     len(cases))
         return 0
+    if args.estimate_cost:
+        shapes = call_shapes(cases)
+        chosen = estimate(shapes, model_name)
+        rows = [chosen, *(e for e in estimate_all_priced(shapes) if e.model != chosen.price_key)]
+        print(format_estimates(rows, len(cases)))
+        return 0
+    if args.max_retries is not None and args.max_retries < 0:
+        raise ConfigError(f"--max-retries must be >= 0, got {args.max_retries}")
 
-    run_dir = io.eval_run_dir(output_path, provider, model_name, args.oracle_setting,
-                              no_thinking=args.no_thinking)
+    run_dir = io.eval_run_dir(output_path, provider_label(provider), model_name,
+                              args.oracle_setting, no_thinking=args.no_thinking)
+    if args.part is not None:  # merged later by 01_merge_parts.py
+        run_dir = io.eval_part_dir(run_dir, args.part, args.total_parts)
     log_path = setup_logging(args.log_level, run_dir / "logs", name="eval",
                              progress=show_progress)
     logger.info("provider %s, model %s, oracle %s, %d case(s); log: %s", provider, model_name,
                 args.oracle_setting, len(cases), log_path)
-    model = create_model(provider, model_name, seed=seed, no_thinking=args.no_thinking)
+    model = create_model(provider, model_name, seed=seed, no_thinking=args.no_thinking,
+                         **_local_model_options(args), **_api_options(args))
     settings = EvalSettings(provider=provider, model=model_name,
                             oracle_setting=args.oracle_setting, no_thinking=args.no_thinking,
-                            seed=seed, save_every=args.save_every)
+                            seed=seed, save_every=args.save_every, part=args.part,
+                            total_parts=args.total_parts)
     try:
-        summary = run_evaluation(bundle, cases, model, settings, run_dir,
-                                 overwrite=args.overwrite, progress=progress)
+        if model.supports_async:  # API providers: per-case pipelines, no stage barrier
+            summary = run_evaluation_async(bundle, cases, model, settings, run_dir,
+                                           concurrency=args.concurrency or DEFAULT_CONCURRENCY,
+                                           overwrite=args.overwrite)
+        else:
+            summary = run_evaluation(bundle, cases, model, settings, run_dir,
+                                     overwrite=args.overwrite, progress=progress)
     finally:
         model.close()
     logger.info("%s", summary.line())

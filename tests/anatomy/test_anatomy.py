@@ -18,7 +18,7 @@ from chexpercept.anatomy import (
 )
 from chexpercept.anatomy.masks import axial_regions, costophrenic_angles, peripheral_regions
 from chexpercept.anatomy.overlap import ensure_best_overlap
-from chexpercept.anatomy.provided import check_zone_source, models_backend_unavailable
+from chexpercept.anatomy.provided import check_zone_source
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import read_mask
 
@@ -196,10 +196,9 @@ def test_provided_missing_files_are_listed_with_dicom_and_path(tmp_path):
                                  chexmask_out=tmp_path / "o1", cxas_out=tmp_path / "o2")
 
 
-def test_zone_source_and_models_backend_errors():
+def test_zone_source_errors():
     with pytest.raises(ConfigError, match="zone_mask_source.*chex_vertical_thirds, cxas"):
         check_zone_source("chex_vertical_third")
-    assert "not implemented" in str(models_backend_unavailable())
 
 
 def test_load_case_anatomy_needs_cxas_zone_dir_only_for_cxas(tmp_path):

@@ -119,5 +119,6 @@ def test_work_list_and_shards():
     assert parts == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     with pytest.raises(ConfigError):
         candidates.shard([1], 3, 3)
-    with pytest.raises(ConfigError, match="rosalia"):
-        candidates.check_segmenter("rosalia")
+    candidates.check_segmenter("rosalia")  # registered (loads only when created)
+    with pytest.raises(ConfigError, match="'sam'.*provided.*rosalia"):
+        candidates.check_segmenter("sam")

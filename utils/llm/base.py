@@ -7,9 +7,12 @@ turn in one call, while API providers can run requests concurrently behind the s
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from utils.errors import ProviderError
 
 Role = Literal["system", "user", "assistant"]
 
@@ -74,6 +77,9 @@ class Completion:
         usage: Token counts.
         latency_s: Wall time of the call in seconds.
         error: Error text for ``status == "error"`` (never contains secrets).
+        attempts: HTTP attempts made for this completion (API providers; 1 = no retry).
+        response_model: Model version the provider reported (OpenAI ``model``, Gemini
+            ``model_version``), or None.
     """
 
     text: str
@@ -82,6 +88,8 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     latency_s: float = 0.0
     error: str | None = None
+    attempts: int = 1
+    response_model: str | None = None
 
 
 class ChatModel(abc.ABC):
@@ -96,6 +104,10 @@ class ChatModel(abc.ABC):
     #: Provider registry name (``dummy``, ``random``, ``oracle``, ``opensource``, ...).
     provider: str = "base"
 
+    #: True when :meth:`agenerate` is native (API providers): the Stage 03 runner then runs
+    #: cases as concurrent per-case pipelines instead of one batched call per turn index.
+    supports_async: bool = False
+
     def __init__(self, model: str) -> None:
         self.model = model
 
@@ -103,9 +115,35 @@ class ChatModel(abc.ABC):
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer every request; one completion per request, same order."""
 
+    async def agenerate(self, request: TurnRequest) -> Completion:
+        """Answer one request without blocking the event loop.
+
+        The default runs ``generate([request])`` in a worker thread; API providers override it
+        with a native coroutine (and set :attr:`supports_async`).
+
+        Raises:
+            ProviderError: As :meth:`generate` (fatal configuration errors).
+        """
+        completions = await asyncio.to_thread(self.generate, [request])
+        if len(completions) != 1:
+            raise ProviderError(f"provider {self.provider} returned {len(completions)} "
+                                f"completion(s) for 1 request")
+        return completions[0]
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release resources bound to the running event loop (async HTTP clients)."""
+
     def describe(self) -> dict[str, Any]:
         """Settings recorded in the run manifest (no secrets)."""
         return {"provider": self.provider, "model": self.model}
+
+    def runtime_info(self) -> dict[str, Any]:
+        """How the model runs (devices, tensor parallel size, batch size, local path).
+
+        Recorded in the run manifest as ``provider_runtime`` but, unlike :meth:`describe`,
+        never compared on resume: a run may continue on another number of GPUs.
+        """
+        return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (engines, HTTP clients)."""

@@ -1,50 +1,175 @@
-"""USD prices per million tokens and the cost of one call (original_release_spec.md section 5.9).
+"""API prices (``cfg/pricing.yaml``) and the cost of one call (original_release_spec.md 5.9).
 
-Prices are matched by the longest key contained in the model id. Unlike the release (spec
-section 8 item 28), a key also matches without its ``-preview`` suffix, so ``gemini-3.1-pro``
-is priced like ``gemini-3.1-pro-preview``. Unknown models cost 0.0.
+The table lives in ``cfg/pricing.yaml`` (USD per 1M tokens), not in code. A model id matches an
+entry by exact id or alias, case-insensitively, ignoring a leading ``<vendor>/`` or ``models/``
+and a trailing ``-YYYY-MM-DD`` snapshot date. Unlike the release (spec section 8 item 28: only
+``-preview`` ids were priced, README names cost $0), ``gemini-3.1-pro`` matches through its
+alias, and a model with no entry costs ``None`` (reported as NA, warned once), never 0.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from utils.config import load_config
+from utils.errors import ConfigError
 from utils.llm.base import Usage
 
-#: model key -> (input, cached input, output) USD per 1M tokens (spec section 5.9).
-PRICES_PER_M: dict[str, tuple[float, float, float]] = {
-    "gemini-3.1-flash-lite-preview": (0.25, 0.025, 1.50),
-    "gemini-3.1-pro-preview": (2.00, 0.20, 12.00),
-    "gpt-5.4-nano": (0.20, 0.02, 1.25),
-    "gpt-5.4-mini": (0.75, 0.075, 4.50),
-    "gpt-5.4": (2.50, 0.25, 15.00),
-}
+logger = logging.getLogger(__name__)
+
+#: The price table shipped with the repository.
+PRICING_PATH = Path(__file__).resolve().parents[2] / "cfg" / "pricing.yaml"
+
+_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+_warned: set[str] = set()
 
 
-def _match(model_id: str) -> tuple[float, float, float] | None:
-    model_id = model_id.lower()
-    best: tuple[int, tuple[float, float, float]] | None = None
-    for key, prices in PRICES_PER_M.items():
-        for alias in {key, key.removesuffix("-preview")}:
-            if alias in model_id and (best is None or len(alias) > best[0]):
-                best = (len(alias), prices)
-    return None if best is None else best[1]
+class ProviderConstants(BaseModel):
+    """Per-provider constants of the offline estimate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image_tokens: int = Field(ge=0)
+    """Tokens billed per attached image (spec section 5.9)."""
+    cache_min_tokens: int = Field(ge=0)
+    """Shortest prefix the provider caches, in tokens (spec section 5.9)."""
 
 
-def cost_usd(model_id: str, usage: Usage) -> float:
-    """Estimated cost of one call in USD.
+class ModelPrice(BaseModel):
+    """One model's prices, USD per 1M tokens."""
 
-    cost = ((input - cached) * in + cached * cached_price + output * out) / 1e6.
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = "other"
+    """Key of ``providers`` (image tokens, cache minimum)."""
+    aliases: list[str] = Field(default_factory=list)
+    """Other ids billed the same (e.g. without ``-preview``)."""
+    input: float = Field(ge=0)
+    """Uncached input tokens."""
+    cached_input: float = Field(ge=0)
+    """Cached input tokens."""
+    output: float = Field(ge=0)
+    """Output tokens, reasoning/thinking included."""
+    output_tokens_per_call: int | None = Field(default=None, ge=0)
+    """Assumed output per call in ``--estimate-cost`` (None: the table default)."""
+
+
+class PricingTable(BaseModel):
+    """The whole ``cfg/pricing.yaml``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    providers: dict[str, ProviderConstants]
+    """Per-provider estimate constants; must hold ``other``."""
+    default_output_tokens_per_call: int = Field(default=500, ge=0)
+    """Estimate output per call for a model without its own value."""
+    models: dict[str, ModelPrice]
+    """Model id -> prices."""
+
+
+@dataclass(frozen=True)
+class PriceMatch:
+    """A resolved price entry.
+
+    Attributes:
+        key: The entry's id in the table.
+        price: Its prices.
+        constants: Its provider's estimate constants.
+        output_tokens_per_call: Estimate output per call (entry value or table default).
+    """
+
+    key: str
+    price: ModelPrice
+    constants: ProviderConstants
+    output_tokens_per_call: int
+
+
+def _normalise(model_id: str) -> str:
+    name = model_id.strip().lower().rsplit("/", 1)[-1]
+    return name
+
+
+@functools.lru_cache(maxsize=8)
+def load_pricing(path: str | Path | None = None) -> PricingTable:
+    """Load and validate the price table.
 
     Args:
-        model_id: Model id or alias (matched case-insensitively).
-        usage: Token counts of the call.
+        path: YAML file; None uses :data:`PRICING_PATH`.
 
     Returns:
-        Cost in USD; 0.0 for a model with no price entry (baselines, local models).
+        The validated table.
+
+    Raises:
+        ConfigError: If the file is missing or invalid (names the key), a provider named by a
+            model is not in ``providers``, ``providers.other`` is missing, or two entries claim
+            the same id.
     """
-    prices = _match(model_id)
-    if prices is None:
-        return 0.0
-    price_in, price_cached, price_out = prices
+    path = Path(path) if path is not None else PRICING_PATH
+    table = load_config(path, PricingTable)
+    problems = []
+    if "other" not in table.providers:
+        problems.append("'providers.other' is missing")
+    seen: dict[str, str] = {}
+    for key, entry in table.models.items():
+        if entry.provider not in table.providers:
+            problems.append(f"'models.{key}.provider' is {entry.provider!r}; expected one of "
+                            f"{sorted(table.providers)}")
+        for name in (key, *entry.aliases):
+            norm = _normalise(name)
+            if norm in seen and seen[norm] != key:
+                problems.append(f"'{name}' (models.{key}) is also claimed by models.{seen[norm]}")
+            seen[norm] = key
+    if problems:
+        raise ConfigError(f"{path}: invalid price table:\n  - " + "\n  - ".join(problems))
+    return table
+
+
+def lookup(model_id: str, path: str | Path | None = None) -> PriceMatch | None:
+    """The price entry of ``model_id`` (exact id or alias, see the module docstring), or None."""
+    table = load_pricing(path)
+    norm = _normalise(model_id)
+    candidates = [norm]
+    if _SNAPSHOT.search(norm):
+        candidates.append(_SNAPSHOT.sub("", norm))
+    for candidate in candidates:
+        for key, entry in table.models.items():
+            if candidate in (_normalise(n) for n in (key, *entry.aliases)):
+                per_call = (entry.output_tokens_per_call
+                            if entry.output_tokens_per_call is not None
+                            else table.default_output_tokens_per_call)
+                return PriceMatch(key, entry, table.providers[entry.provider], per_call)
+    return None
+
+
+def cost_usd(model_id: str, usage: Usage, path: str | Path | None = None) -> float | None:
+    """Estimated cost of one call in USD.
+
+    cost = ((input - cached) * in + cached * cached_price + output * out) / 1e6 (spec section
+    5.9).
+
+    Args:
+        model_id: Model id or alias.
+        usage: Token counts of the call.
+        path: Price table; None uses :data:`PRICING_PATH`.
+
+    Returns:
+        Cost in USD, or None (NA) for a model with no entry; the first miss per model id is
+        logged as a warning.
+    """
+    match = lookup(model_id, path)
+    if match is None:
+        if model_id not in _warned:
+            _warned.add(model_id)
+            logger.warning("no price for model '%s' in %s; its cost is reported as NA",
+                           model_id, path or PRICING_PATH)
+        return None
+    price = match.price
     uncached = max(usage.input_tokens - usage.cached_input_tokens, 0)
-    return (uncached * price_in + usage.cached_input_tokens * price_cached
-            + usage.output_tokens * price_out) / 1e6
+    return (uncached * price.input + usage.cached_input_tokens * price.cached_input
+            + usage.output_tokens * price.output) / 1e6

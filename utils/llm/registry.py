@@ -2,12 +2,17 @@
 
 Importing this module loads no SDK. A provider whose module is not part of this version gives a
 ``ConfigError`` naming the providers that are available, not a stack trace.
+
+Plugin providers: any ``"package.module:ClassName"`` given where a provider name is expected
+(``--provider``) loads that :class:`~utils.llm.base.ChatModel` subclass from an importable
+module; it is created as ``ClassName(model, **options)`` like a registered provider.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from typing import Any
 
 from utils.errors import ConfigError
@@ -45,6 +50,50 @@ def _module_exists(module: str) -> bool:
         return False
 
 
+_PLUGIN_SPEC = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_LABEL = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+def is_plugin_spec(name: str) -> bool:
+    """Whether ``name`` is a plugin provider ``"package.module:ClassName"``."""
+    return bool(_PLUGIN_SPEC.match(name))
+
+
+def _plugin_class(spec: str) -> type[ChatModel]:
+    module_name, class_name = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"plugin provider '{spec}': cannot import module {module_name} "
+                          f"({exc}); it must be importable (installed or on PYTHONPATH)") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ConfigError(f"plugin provider '{spec}': module {module_name} has no "
+                          f"'{class_name}'")
+    if not (isinstance(cls, type) and issubclass(cls, ChatModel)):
+        raise ConfigError(f"plugin provider '{spec}': {class_name} is not a subclass of "
+                          f"utils.llm.base.ChatModel")
+    return cls
+
+
+def provider_label(name: str) -> str:
+    """Short name of a provider for run folder names (``<label>_<model>``).
+
+    A registered name is its own label. A plugin's label is its class attribute ``provider``
+    when that is a lowercase name without ``_`` (Stage 04 splits folder names at the first
+    ``_``), else its lowercased class name.
+
+    Raises:
+        ConfigError: See :func:`provider_class`.
+    """
+    if not is_plugin_spec(name):
+        return name
+    cls = provider_class(name)
+    label = str(getattr(cls, "provider", ""))
+    return label if _LABEL.match(label) and label != ChatModel.provider else \
+        cls.__name__.lower().replace("_", "-")
+
+
 def available_providers() -> list[str]:
     """Registered providers whose implementation module ships with this version."""
     return [name for name, target in PROVIDERS.items() if _module_exists(target.split(":")[0])]
@@ -54,19 +103,23 @@ def provider_class(name: str) -> type[ChatModel]:
     """Resolve a provider name to its class (imports the module, not the SDK).
 
     Args:
-        name: A key of :data:`PROVIDERS`.
+        name: A key of :data:`PROVIDERS`, or a plugin ``"package.module:ClassName"``.
 
     Returns:
         The :class:`~utils.llm.base.ChatModel` subclass.
 
     Raises:
-        ConfigError: For an unknown name, or a registered provider whose module is not part of
-            this version ("not available in this version").
+        ConfigError: For an unknown name, a registered provider whose module is not part of
+            this version ("not available in this version"), or a plugin whose module cannot be
+            imported or whose class is missing or not a ``ChatModel`` subclass.
     """
+    if is_plugin_spec(name):
+        return _plugin_class(name)
     available = ", ".join(available_providers())
     if name not in PROVIDERS:
         raise ConfigError(f"unknown provider '{name}'; registered providers: "
-                          f"{', '.join(PROVIDERS)} (available in this version: {available})")
+                          f"{', '.join(PROVIDERS)} (available in this version: {available}), "
+                          f"or a plugin 'package.module:ClassName'")
     module_name, class_name = PROVIDERS[name].split(":")
     if not _module_exists(module_name):
         raise ConfigError(f"provider '{name}' is not available in this version of CheXpercept "
@@ -83,7 +136,7 @@ def create_model(name: str, model: str | None = None, **options: Any) -> ChatMod
     """Create a provider's model.
 
     Args:
-        name: Provider name (a key of :data:`PROVIDERS`).
+        name: Provider name (a key of :data:`PROVIDERS`) or plugin ``"module:Class"``.
         model: Model id or alias; None uses :func:`default_model`.
         **options: Provider options (e.g. ``seed`` for ``random``, ``no_thinking``); each
             provider ignores the ones it does not use.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chexpercept.anatomy.backends import ANATOMY_BACKENDS, LAYOUT_CHEXMASK, LAYOUT_CXAS
 from chexpercept.anatomy.masks import CaseAnatomy, build_case_anatomy, build_lungs
 from chexpercept.anatomy.names import (
     CHEXMASK_FILES,
@@ -35,8 +36,6 @@ from chexpercept.io import (
 
 logger = logging.getLogger(__name__)
 
-ANATOMY_BACKENDS: tuple[str, ...] = ("provided", "models")
-"""``anatomy.backend`` choices."""
 
 #: CheXmask-U files the pipeline reads (heart is copied when present but unused; spec 3.1).
 CHEXMASK_REQUIRED: tuple[str, ...] = (CHEXMASK_FILES["right"], CHEXMASK_FILES["left"])
@@ -106,6 +105,7 @@ def prepare_provided_anatomy(
     dicom_ids: Sequence[str], *, chexmask_src: str | Path | None, cxas_src: str | Path | None,
     chexmask_out: Path, cxas_out: Path, zone_source: str,
     cxr_dir: str | Path | None = None, frame: str = "original",
+    layouts: Sequence[str] = (LAYOUT_CHEXMASK, LAYOUT_CXAS),
 ) -> AnatomyPrepSummary:
     """Backend ``provided`` of 01.00: validate the provided masks and copy them, resized to 1024.
 
@@ -119,7 +119,8 @@ def prepare_provided_anatomy(
     stretch); otherwise (``frame`` ``work`` or no transform) it is resized (nearest) to
     1024 × 1024. Masks are written as 0/255 L PNGs, atomically. A dicom whose outputs all
     exist is skipped (resume). When a source folder is the
-    output folder, files are only validated.
+    output folder, files are only validated. Only the ``layouts`` given are handled (the
+    others are written by model backends, :mod:`chexpercept.anatomy.backends`).
 
     Args:
         dicom_ids: dicom ids (duplicates allowed).
@@ -130,6 +131,7 @@ def prepare_provided_anatomy(
         zone_source: ``mask_deformation.zone_mask_source``.
         cxr_dir: ``path.mimic_cxr_path`` (where the transforms are); None: plain resize.
         frame: ``anatomy.provided_frame`` (``original`` or ``work``).
+        layouts: Which of ``chexmask`` / ``cxas`` to copy (default both).
 
     Returns:
         The run's counts.
@@ -139,25 +141,29 @@ def prepare_provided_anatomy(
         InputError: Listing every missing required file (dicom and path) at once.
     """
     problems = []
-    if not chexmask_src:
+    if LAYOUT_CHEXMASK in layouts and not chexmask_src:
         problems.append("path.chexmask_path (CheXmask-U masks <dicom>/{right_lung,left_lung}.png)")
-    if not cxas_src:
+    if LAYOUT_CXAS in layouts and not cxas_src:
         problems.append("path.cxas_mask_path (CXAS masks <dicom>/<class name>.png)")
     if problems:
         raise ConfigError("anatomy.backend 'provided' needs " + " and ".join(problems)
-                          + " in the config")
-    chex_src, cx_src = Path(chexmask_src), Path(cxas_src)  # type: ignore[arg-type]
+                          + " in the config (or a model backend: cxas, chexmask-u)")
     unique = list(dict.fromkeys(dicom_ids))
     cx_required, cx_optional = cxas_files(zone_source)
-    missing = (find_missing(unique, chex_src, CHEXMASK_REQUIRED, "CheXmask-U")
-               + find_missing(unique, cx_src, cx_required, "CXAS"))
+    sources = []
+    if LAYOUT_CHEXMASK in layouts:
+        sources.append((Path(str(chexmask_src)), chexmask_out, CHEXMASK_REQUIRED,
+                        CHEXMASK_OPTIONAL, "CheXmask-U"))
+    if LAYOUT_CXAS in layouts:
+        sources.append((Path(str(cxas_src)), cxas_out, cx_required, cx_optional, "CXAS"))
+    missing = [line for src, _, req, _, label in sources
+               for line in find_missing(unique, src, req, label)]
     _raise_missing(missing, "anatomy mask file(s)",
                    "anatomy.backend 'provided' reads path.chexmask_path and path.cxas_mask_path")
     summary = AnatomyPrepSummary(dicom_ids=unique)
     for dicom in unique:
         jobs = []
-        for src, dst, req, opt in ((chex_src, chexmask_out, CHEXMASK_REQUIRED, CHEXMASK_OPTIONAL),
-                                   (cx_src, cxas_out, cx_required, cx_optional)):
+        for src, dst, req, opt, _label in sources:
             if _same_dir(src, dst):
                 continue
             for name in list(req) + [n for n in opt if anatomy_mask_path(src, dicom, n).is_file()]:
@@ -176,16 +182,6 @@ def prepare_provided_anatomy(
             summary.files_written += 1
         summary.processed += 1
     return summary
-
-
-def models_backend_unavailable() -> ConfigError:
-    """The error for ``anatomy.backend: models`` (CheXmask-U/CXAS inference is a later issue)."""
-    return ConfigError(
-        "anatomy.backend 'models' (running CheXmask-U HybridGNet and CXAS) is not implemented in "
-        "this version; set anatomy.backend: provided and point path.chexmask_path and "
-        "path.cxas_mask_path at precomputed masks (<dicom>/{right_lung,left_lung,heart}.png and "
-        "<dicom>/<class name>.png)"
-    )
 
 
 def load_case_anatomy(
@@ -244,6 +240,5 @@ __all__ = [
     "cxas_files",
     "find_missing",
     "load_case_anatomy",
-    "models_backend_unavailable",
     "prepare_provided_anatomy",
 ]

@@ -1,8 +1,9 @@
 """Stage 00.01: candidate lesion masks (ROSALIA layout), review plots, results and sheets.
 
-Reads the two positive ``*_segmentation_info.json`` files, the flat CXR PNGs and (``provided``
-segmenter) the MIMIC-ILS lesion masks; writes ``rosalia_pred/<target>/<pair_id>/{pred_img,
-pred_mask}.png``, ``rosalia_pred/plots/<target>/<key_id>.png``, ``results[_part<p>].json`` and
+Reads the two positive ``*_segmentation_info.json`` files and the flat CXR PNGs, asks a
+:class:`~chexpercept.curation.segmenters.Segmenter` (``provided`` MIMIC-ILS masks or ``rosalia``)
+for each pair; writes ``rosalia_pred/<target>/<pair_id>/{pred_img.png, pred_mask.png,
+pred_text.json}``, ``rosalia_pred/plots/<target>/<key_id>.png``, ``results[_part<p>].json`` and
 ``labeling_sheet[_part<p>].csv`` (original_release_spec.md section 2.3).
 """
 
@@ -19,16 +20,20 @@ from typing import Any
 
 import numpy as np
 
+from chexpercept.curation.segmenters import (
+    ProvidedSegmenter,
+    Segmenter,
+    provided_mask,  # noqa: F401  (re-exported: it lived here before)
+    segmenter_names,
+)
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import (
     WORK_SIZE,
     CurationLayout,
-    FrameTransform,
-    mask_to_frame,
     read_cxr,
-    read_frame_transform,
-    read_mask,
+    read_json,
     write_bytes_atomic,
+    write_json_atomic,
     write_mask,
 )
 from chexpercept.lesions import LESIONS, make_key_id
@@ -107,7 +112,14 @@ _BILATERAL = {"left lung and right lung", "right lung and left lung"}
 
 
 def instruction_for(target: str, mapped_location: str) -> str:
-    """ROSALIA instruction (spec section 2.3): no location for cardiomegaly / bilateral."""
+    """ROSALIA instruction (spec section 2.3): no location for cardiomegaly / bilateral.
+
+    ``Segment the {target}.`` when the target is cardiomegaly or the mapped location is both
+    lungs (``right lung and left lung`` in either order, also the text of an empty location
+    list); else ``Segment the {target} in the {mapped_location}.`` with the
+    :func:`location_text` of the pair (``A``, ``A and B``, ``A, B, and C``; first occurrence
+    order), so the same pair always gets the same instruction.
+    """
     if target == "cardiomegaly" or mapped_location in _BILATERAL:
         return f"Segment the {target}."
     return f"Segment the {target} in the {mapped_location}."
@@ -119,12 +131,19 @@ def key_id_of(item: Mapping[str, Any]) -> str:
 
 
 def result_entry(item: Mapping[str, Any], layout: CurationLayout) -> dict[str, Any]:
-    """The ``results.json`` record of one item (release fields, spec section 2.3)."""
+    """The ``results.json`` record of one item (release fields, spec section 2.3).
+
+    ``output_text`` is the segmenter's text saved in ``pred_text.json`` (the pair's ``answer``
+    when that file is absent, e.g. outputs of an older run).
+    """
     mapped = location_text(item["target"], item.get("location"))
+    text_path = layout.candidate_text(item["target"], item["pair_id"])
+    text = read_json(text_path)["output_text"] if text_path.is_file() else None
     return {"dicom_id": item["dicom_id"], "target": item["target"],
             "pred_mask_path": str(layout.candidate_mask(item["target"], item["pair_id"])
                                   .resolve()),
-            "output_text": str(item.get("answer") or "[SEG]"), "mapped_location": mapped,
+            "output_text": str(text if text is not None else (item.get("answer") or "[SEG]")),
+            "mapped_location": mapped,
             "instruction": instruction_for(item["target"], mapped),
             "segmentation_source": item["segmentation_source"]}
 
@@ -139,51 +158,15 @@ def sheet_row(item: Mapping[str, Any], layout: CurationLayout) -> dict[str, str]
             "plot_path": str(layout.review_plot(item["target"], key_id).resolve())}
 
 
-def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
-                  transform: FrameTransform | None = None) -> np.ndarray:
-    """The MIMIC-ILS lesion mask of a pair, mapped into the working frame.
-
-    MIMIC-ILS masks are square (512 or 1024) and cover the original CXR stretched to a square.
-    With the CXR's recorded ``transform`` the mask is mapped like the image (resize to the
-    original H x W, then the letterbox/stretch; :func:`chexpercept.io.mask_to_frame`); without
-    one (a hand-filled release-style PNG folder) it is resized (nearest) to 1024 x 1024.
-
-    Args:
-        item: The work item (``seg_mask_path``).
-        seg_mask_root: ``path.mimic_ils_seg_mask_path``.
-        transform: The CXR's transform (``<mimic_cxr_path>/<dicom_id>.transform.json``).
-
-    Returns:
-        (1024, 1024) bool.
-
-    Raises:
-        InputError: If the pair has no ``seg_mask_path``, ``path.mimic_ils_seg_mask_path`` is
-            unset, or the file is missing / unreadable (the caller records it as failed).
-    """
-    rel = item.get("seg_mask_path")
-    if not rel:
-        raise InputError("pair has no seg_mask_path")
-    if not seg_mask_root:
-        raise InputError("path.mimic_ils_seg_mask_path is not set")
-    if transform is None:
-        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE)
-    return mask_to_frame(read_mask(Path(seg_mask_root) / rel, size=None), transform)
-
-
 def check_segmenter(name: str) -> None:
-    """Fail early for segmenters this version cannot run.
+    """Fail early for an unknown ``source_data_curation.segmenter``.
 
     Raises:
-        ConfigError: For ``rosalia`` (model loading is not implemented yet) or an unknown name.
+        ConfigError: For a name that is not registered (listing the valid ones).
     """
-    if name == "provided":
-        return
-    if name == "rosalia":
-        raise ConfigError(
-            "source_data_curation.segmenter 'rosalia' is not available in this version "
-            "(ROSALIA model loading is not implemented yet); use 'provided' (MIMIC-ILS lesion "
-            "masks from path.mimic_ils_seg_mask_path)")
-    raise ConfigError(f"source_data_curation.segmenter {name!r}: expected one of {SEGMENTERS}")
+    if name not in segmenter_names():
+        raise ConfigError(f"source_data_curation.segmenter {name!r}: expected one of "
+                          f"{segmenter_names()}")
 
 
 def review_plot_png(image: np.ndarray, mask: np.ndarray, title: str) -> bytes:
@@ -246,37 +229,58 @@ def item_done(item: Mapping[str, Any], layout: CurationLayout) -> bool:
 
 
 def process_item(item: Mapping[str, Any], layout: CurationLayout, *, cxr_dir: str | Path,
-                 seg_mask_root: str | Path | None, segmenter: str = "provided") -> ItemOutcome:
-    """Write the candidate image, mask and review plot of one item (skipped if done).
+                 seg_mask_root: str | Path | None = None,
+                 segmenter: str | Segmenter = "provided") -> ItemOutcome:
+    """Write the candidate image, mask, text and review plot of one item (skipped if done).
+
+    The plot is written last, so an item interrupted half-way is redone on resume.
 
     Args:
         item: A work item from :func:`build_work_list`.
         layout: Stage 00 layout.
         cxr_dir: ``path.mimic_cxr_path`` (flat ``<dicom_id>.png``).
-        seg_mask_root: ``path.mimic_ils_seg_mask_path``.
-        segmenter: One of :data:`SEGMENTERS` (only ``provided`` runs in this version).
+        seg_mask_root: ``path.mimic_ils_seg_mask_path`` (the ``provided`` segmenter).
+        segmenter: A :class:`Segmenter`, or ``"provided"`` (built from the two paths).
 
     Returns:
-        The outcome; a missing mask or CXR is ``failed`` with its reason, not an exception.
+        The outcome; a missing mask or CXR, or an empty prediction, is ``failed`` with its
+        reason, not an exception.
+
+    Raises:
+        ConfigError: For a segmenter name other than ``provided`` (create it first).
     """
     key_id = key_id_of(item)
     if item_done(item, layout):
         return ItemOutcome(key_id, "skipped")
-    check_segmenter(segmenter)
+    if isinstance(segmenter, str):
+        if segmenter != "provided":
+            check_segmenter(segmenter)
+            raise ConfigError(f"segmenter {segmenter!r} must be created with "
+                              "chexpercept.curation.segmenters.create_segmenter first")
+        segmenter = ProvidedSegmenter(seg_mask_root, cxr_dir)
     src = Path(cxr_dir) / f"{item['dicom_id']}.png"
+    target, pair_id = item["target"], item["pair_id"]
+    mapped = location_text(target, item.get("location"))
+    instruction = instruction_for(target, mapped)
     try:
-        mask = provided_mask(item, seg_mask_root, read_frame_transform(cxr_dir, item["dicom_id"]))
         image = read_cxr(src)
+        result = segmenter.segment(image, instruction, item=item)
     except InputError as exc:
         return ItemOutcome(key_id, "failed", str(exc))
-    target, pair_id = item["target"], item["pair_id"]
+    mask = np.asarray(result.mask)
+    if mask.shape != (WORK_SIZE, WORK_SIZE):
+        return ItemOutcome(key_id, "failed", f"segmenter {segmenter.name!r} returned a mask of "
+                                             f"shape {mask.shape}, expected (1024, 1024)")
+    mask = mask.astype(bool)
     dst = layout.candidate_image(target, pair_id)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp")
     shutil.copyfile(src, tmp)
     tmp.replace(dst)
     write_mask(layout.candidate_mask(target, pair_id), mask)
-    title = f"{key_id} | {location_text(target, item.get('location'))} | " \
-            f"{item['segmentation_source']}"
+    write_json_atomic(layout.candidate_text(target, pair_id),
+                      {"segmenter": segmenter.name, "instruction": instruction,
+                       "output_text": result.text})
+    title = f"{key_id} | {mapped} | {item['segmentation_source']}"
     write_bytes_atomic(layout.review_plot(target, key_id), review_plot_png(image, mask, title))
     return ItemOutcome(key_id, "processed")

@@ -24,6 +24,7 @@ Order of operations:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,9 +65,16 @@ _BOXED = re.compile(r"\\boxed\s*\{([^{}]*)\}")
 _TEXT_CMD = re.compile(r"\\text(?:bf)?\s*\{([^{}]*)\}")
 _ANSWER_TAG_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_TAG_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-_EXPLICIT = re.compile(r"(?<![A-Za-z])(?:final\s+)?answers?\s*[:：]", re.IGNORECASE)
-_PHRASE = re.compile(
-    r"(?<![A-Za-z])answers?\s+(?:is|are|would\s+be|should\s+be)\s*[:：]?", re.IGNORECASE)
+# An answer declaration is ``[final ]answer[s]:`` not preceded by a letter. ``final\s+`` does
+# not change where a declaration ends, so the patterns leave it out, and the letter check is
+# done on each match (``_last_declaration_end``) rather than by a look-behind.
+_EXPLICIT = re.compile(r"answers?\s*[:：]", re.IGNORECASE)
+_PHRASE = re.compile(r"answers?\s+(?:is|are|would\s+be|should\s+be)\s*[:：]?", re.IGNORECASE)
+_LETTER = re.compile(r"[A-Za-z]", re.IGNORECASE)
+_WHITESPACE_RUN = re.compile(r"\s+")
+_HEADING = re.compile(r"(?m)^\s*#+\s*")
+_TEXT_SPLITTERS = (re.compile(r"\s*[,;]\s*(?:and\s+)?", re.I), re.compile(r"\s+and\s+", re.I))
+_BRACKETS = re.compile(r"[\[\]()]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _NUMBER_ITEM = re.compile(
     r"(?:options?\s*)?(?:\(\s*(\d+)\s*\)|\[\s*(\d+)\s*\]|(\d+)(?!\d)(?!\.\d))", re.IGNORECASE)
@@ -75,10 +83,23 @@ _TEXT_LEAD = re.compile(r"\s*(?:[:\-–—.]\s*)?")
 _REFUSAL = re.compile(
     r"\b(?:i'?m sorry|i am sorry|i cannot|i can'?t|i can not|i am unable|i'?m unable|"
     r"i am not able|unable to (?:provide|assist|help)|as an ai)\b", re.IGNORECASE)
+#: Words one of which every ``_REFUSAL`` match contains (lower-case ASCII text).
+_REFUSAL_WORDS = ("sorry", "i can", "unable", "not able", "as an ai")
+
+
+def _is_refusal(text: str) -> bool:
+    """Whether ``text`` contains a refusal phrase (``_REFUSAL``)."""
+    if text.isascii():  # skip the regex scan when no refusal word is present
+        low = text.lower()
+        if not any(word in low for word in _REFUSAL_WORDS):
+            return False
+    return _REFUSAL.search(text) is not None
 
 
 def _strip_reasoning(text: str) -> tuple[str, bool]:
     """Text after the last reasoning block, and whether a reasoning block was left open."""
+    if "<" not in text:  # every reasoning tag starts with "<"
+        return text, False
     closes = list(_CLOSE_TAGS.finditer(text))
     tail = text[closes[-1].end():] if closes else text
     opened = _OPEN_TAGS.search(tail)
@@ -88,18 +109,24 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
 
 
 def _clean(text: str) -> str:
-    # A GLM box or \boxed{..} declares the answer: it counts as an ``Answer:`` line.
-    text = _GLM_BOX_OPEN.sub("\nAnswer: ", text)
-    text = _GLM_BOX_CLOSE.sub("\n", text)
-    text = _UNUSED.sub("", text)
-    for _ in range(3):  # nested \text{..} inside \boxed{..}
-        text = _TEXT_CMD.sub(r"\1", text)
-    text = _BOXED.sub(r"\nAnswer: \1\n", text)
-    text = _ANSWER_TAG_OPEN.sub("\nAnswer: ", text)
-    text = _ANSWER_TAG_CLOSE.sub("\n", text)
-    text = text.replace("$", "").replace("**", "").replace("__", "").replace("`", "")
-    text = text.replace("*", "")
-    text = re.sub(r"(?m)^\s*#+\s*", "", text)
+    # Each substitution runs only when the text holds a character its pattern needs (same
+    # result, fewer regex scans).
+    if "<" in text:
+        # A GLM box or \boxed{..} declares the answer: it counts as an ``Answer:`` line.
+        text = _GLM_BOX_OPEN.sub("\nAnswer: ", text)
+        text = _GLM_BOX_CLOSE.sub("\n", text)
+        text = _UNUSED.sub("", text)
+    if "\\" in text:
+        for _ in range(3):  # nested \text{..} inside \boxed{..}
+            text = _TEXT_CMD.sub(r"\1", text)
+        text = _BOXED.sub(r"\nAnswer: \1\n", text)
+    if "<" in text:
+        text = _ANSWER_TAG_OPEN.sub("\nAnswer: ", text)
+        text = _ANSWER_TAG_CLOSE.sub("\n", text)
+    # Removing every "*" also removes "**" (markdown bold).
+    text = text.replace("$", "").replace("__", "").replace("`", "").replace("*", "")
+    if "#" in text:
+        text = _HEADING.sub("", text)
     return text
 
 
@@ -114,28 +141,59 @@ def _payload_after(text: str, end: int, *, next_line: bool) -> str:
     return _SENTENCE_END.split(line.strip(), maxsplit=1)[0]
 
 
+def _last_declaration_end(pattern: re.Pattern[str], text: str) -> int | None:
+    """End of the last match of ``pattern`` (which starts with "answer") not after a letter.
+
+    Matches cannot overlap, so the last one is the right-most "answer" at which ``pattern``
+    matches. ASCII text (nearly every response) is searched from the right with ``str.rfind``
+    (positions in ``text.lower()`` are those in ``text``); other text is scanned with the
+    case-insensitive pattern, whose case folding differs from ``str.lower`` for a few letters.
+    """
+    if text.isascii():
+        low = text.lower()
+        end = len(low)
+        while (at := low.rfind("answer", 0, end)) >= 0:
+            if at == 0 or not text[at - 1].isalpha():
+                m = pattern.match(text, at)
+                if m is not None:
+                    return m.end()
+            end = at + len("answer") - 1
+        return None
+    last = None
+    for m in pattern.finditer(text):
+        at = m.start()
+        if at == 0 or not _LETTER.match(text, at - 1):
+            last = m.end()
+    return last
+
+
 def _declared(text: str) -> str | None:
     """The payload of the last answer declaration, or None if the text declares none."""
-    explicit = list(_EXPLICIT.finditer(text))
-    if explicit:
-        return _payload_after(text, explicit[-1].end(), next_line=True)
-    phrases = list(_PHRASE.finditer(text))
-    if phrases:
-        return _payload_after(text, phrases[-1].end(), next_line=False)
+    end = _last_declaration_end(_EXPLICIT, text)
+    if end is not None:
+        return _payload_after(text, end, next_line=True)
+    end = _last_declaration_end(_PHRASE, text)
+    if end is not None:
+        return _payload_after(text, end, next_line=False)
     return None
 
 
 def _norm(text: str) -> str:
-    text = re.sub(r"\s+", " ", text.strip().lower())
+    text = _WHITESPACE_RUN.sub(" ", text.strip().lower())
     return text.strip(" .\"'")
+
+
+@functools.lru_cache(maxsize=1024)
+def _norm_options(option_texts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_norm(option) for option in option_texts)
 
 
 def _match_option(text: str, option_texts: Sequence[str]) -> int | None:
     target = _norm(text)
     if not target:
         return None
-    for i, option in enumerate(option_texts, start=1):
-        if _norm(option) == target:
+    for i, option in enumerate(_norm_options(tuple(option_texts)), start=1):
+        if option == target:
             return i
     return None
 
@@ -144,8 +202,8 @@ def _parse_option_texts(payload: str, option_texts: Sequence[str]) -> list[int] 
     whole = _match_option(payload, option_texts)
     if whole is not None:
         return [whole]
-    for splitter in (r"\s*[,;]\s*(?:and\s+)?", r"\s+and\s+"):
-        parts = [p for p in re.split(splitter, payload.strip().rstrip("."), flags=re.I) if p]
+    for splitter in _TEXT_SPLITTERS:
+        parts = [p for p in splitter.split(payload.strip().rstrip(".")) if p]
         if len(parts) < 2:
             continue
         found = [_match_option(p, option_texts) for p in parts]
@@ -158,19 +216,26 @@ def _skip_option_text(s: str, pos: int, number: int, option_texts: Sequence[str]
     """Position after ``number``'s own option text at ``pos`` (as in ``(2) No``), else ``pos``."""
     if not 1 <= number <= len(option_texts):
         return pos
-    option = re.escape(_norm(option_texts[number - 1]))
-    if not option:
+    pattern = _option_text_pattern(option_texts[number - 1])
+    if pattern is None:
         return pos
     lead = _TEXT_LEAD.match(s, pos)
     start = lead.end() if lead else pos
-    pattern = re.compile(rf"(?:\(\s*{option}\s*\.?\s*\)|{option}\.?)(?![A-Za-z0-9])", re.I)
     m = pattern.match(s, start)
     return m.end() if m else pos
 
 
+@functools.lru_cache(maxsize=1024)
+def _option_text_pattern(option_text: str) -> re.Pattern[str] | None:
+    option = re.escape(_norm(option_text))
+    if not option:
+        return None
+    return re.compile(rf"(?:\(\s*{option}\s*\.?\s*\)|{option}\.?)(?![A-Za-z0-9])", re.I)
+
+
 def _parse_numbers(payload: str, option_texts: Sequence[str]) -> list[int] | None:
     s = payload.strip()
-    if len(s) >= 2 and s[0] + s[-1] in ("[]", "()", "{}") and not re.search(r"[\[\]()]", s[1:-1]):
+    if len(s) >= 2 and s[0] + s[-1] in ("[]", "()", "{}") and not _BRACKETS.search(s[1:-1]):
         s = s[1:-1]
     pos, numbers = 0, []
     while True:
@@ -247,7 +312,7 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
     def _missing(detail: str) -> ParsedAnswer:
         if cut_off:
             return ParsedAnswer(None, TRUNCATED, detail + " (output hit the token limit)")
-        if final and _REFUSAL.search(final):
+        if final and _is_refusal(final):
             return ParsedAnswer(None, REFUSED, detail + " (refusal)")
         return ParsedAnswer(None, UNPARSEABLE, detail)
 

@@ -43,9 +43,11 @@ def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str,
                          "cost_usd": cost_usd(model_id, usage)})
     keys = ("input_tokens", "cached_input_tokens", "output_tokens", "thinking_tokens",
             "total_tokens")
+    costs = [c["cost_usd"] for c in per_call]
     return {"model_id": model_id, "num_calls": len(per_call),
             **{k: sum(c[k] for c in per_call) for k in keys},
-            "estimated_cost_usd": sum(c["cost_usd"] for c in per_call),
+            # None (NA) when the model has no price in cfg/pricing.yaml, never a made-up 0.
+            "estimated_cost_usd": None if None in costs else sum(costs),
             "per_call": per_call}
 
 

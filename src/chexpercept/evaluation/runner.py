@@ -48,7 +48,8 @@ PROTOCOL_VERSION = 1
 
 #: Manifest fields that must match for a run to be resumed.
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
-                   "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version")
+                   "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
+                   "sharding")
 
 _MANIFEST_PACKAGES = ("chexpercept", "numpy", "pillow", "pydantic", "vllm", "transformers",
                       "torch", "openai", "google-genai")
@@ -67,6 +68,8 @@ class EvalSettings:
         seed: Run seed (``random`` provider; recorded for every provider).
         save_every: Rewrite ``all_results.json`` after this many newly finished cases (>= 1).
         system_prompt: System message of every request.
+        part: Part index of a sharded run (``--part``; ``sharding.py``), None when unsharded.
+        total_parts: Number of parts of a sharded run (``--total-parts``).
     """
 
     provider: str
@@ -76,6 +79,8 @@ class EvalSettings:
     seed: int = 0
     save_every: int = 10
     system_prompt: str = SYSTEM_PROMPT
+    part: int | None = None
+    total_parts: int = 1
 
 
 @dataclass
@@ -93,7 +98,8 @@ class RunSummary:
         statuses: Status counts over every answered turn of the selected cases.
         usage: Token totals of this invocation's calls (``input``, ``cached_input``,
             ``output``, ``thinking``).
-        cost_usd: Estimated cost of this invocation's calls (spec section 5.9).
+        cost_usd: Estimated cost of this invocation's calls (spec section 5.9); None (NA)
+            when the model has no entry in ``cfg/pricing.yaml``.
     """
 
     run_dir: Path
@@ -105,7 +111,11 @@ class RunSummary:
     generate_calls: int = 0
     statuses: Counter = field(default_factory=Counter)
     usage: Counter = field(default_factory=Counter)
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0
+
+    def add_cost(self, cost: float | None) -> None:
+        """Add one call's cost; any NA call makes the total NA."""
+        self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
 
     def line(self) -> str:
         """One-line summary for the end of the CLI."""
@@ -115,7 +125,8 @@ class RunSummary:
                 f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
                 f"input {self.usage['input']} (cached {self.usage['cached_input']}), output "
                 f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
-                f"${self.cost_usd:.4f}; output: {self.all_results_path}")
+                f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; output: "
+                f"{self.all_results_path}")
 
 
 def _redact(obj: Any) -> Any:
@@ -140,12 +151,17 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         "provider": settings.provider,
         "model": settings.model,
         "provider_settings": _redact(io.to_jsonable(model.describe())),
+        "provider_runtime": _redact(io.to_jsonable(model.runtime_info())),
         "oracle_setting": settings.oracle_setting,
         "no_thinking": settings.no_thinking,
         "seed": settings.seed,
         "system_prompt_sha256": system_prompt_sha256(settings.system_prompt),
         "benchmark_json_sha256": bundle.json_sha256,
         "protocol_version": PROTOCOL_VERSION,
+        # Only sharded runs have it (sharding.py); an identity field, so a part folder is never
+        # resumed as another part or as an unsharded run.
+        **({"sharding": {"part": settings.part, "total_parts": settings.total_parts}}
+           if settings.part is not None else {}),
         "benchmark_dir": str(bundle.layout.root),
         **io.git_state(io.repo_root()),
         "python": platform.python_version(),
@@ -256,6 +272,8 @@ def _record(prepared: PreparedTurn, completion: Completion, parsed: ParsedAnswer
         "error": completion.error,
         "latency_s": completion.latency_s,
         "batch_latency_s": batch_latency_s,
+        "attempts": completion.attempts,
+        "response_model": completion.response_model,
         "usage": {"input_tokens": usage.input_tokens,
                   "cached_input_tokens": usage.cached_input_tokens,
                   "output_tokens": usage.output_tokens,
@@ -284,29 +302,33 @@ def _write_all_results(path: Path, states: Iterable[_CaseState], model_id: str) 
     return len(results)
 
 
-def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
-                   settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
-                   progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
-    """Run (or resume) the evaluation of ``cases`` and write the run folder.
+@dataclass
+class OpenedRun:
+    """A run folder opened for (re)starting: the building blocks both runners share.
 
-    Args:
-        bundle: The loaded benchmark (key order and JSON hash).
-        cases: Validated, planned cases to evaluate (see ``validate_bundle``).
-        model: The provider; ``generate`` is called once per turn index that has work.
-        settings: Run identity and checkpointing.
-        run_dir: ``io.eval_run_dir(...)``.
-        overwrite: Delete an earlier run's manifest, records and results first.
-        progress: Optional wrapper of the turn-index loop (``utils.cli.progress``).
+    Attributes:
+        records_file: ``records.jsonl``.
+        results_file: ``all_results.json``.
+        states: Every case with records or selected, in benchmark order (replayed).
+        active_states: The selected cases' states, in selection order.
+        summary: The summary, with ``turns_resumed`` filled in.
+    """
 
-    Returns:
-        The run summary.
+    records_file: Path
+    results_file: Path
+    states: dict[str, _CaseState]
+    active_states: list[_CaseState]
+    summary: RunSummary
+
+
+def open_run(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
+             settings: EvalSettings, run_dir: Path, *, overwrite: bool = False) -> OpenedRun:
+    """Check or write the manifest, repair and replay ``records.jsonl``, build case states.
 
     Raises:
-        ConfigError: If the run folder holds a run with a different manifest (names the field).
-        ProviderError: If the provider returns a wrong number of completions.
+        ConfigError: On a bad ``save_every`` or a manifest that differs in an identity field.
         SchemaError: If ``records.jsonl`` is corrupt.
     """
-    run_dir = Path(run_dir)
     if settings.save_every < 1:
         raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
     _open_run_dir(run_dir, build_manifest(settings, model, bundle), overwrite)
@@ -334,8 +356,61 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if summary.turns_resumed:
         logger.info("resume: %d turn(s) already recorded; not requested again",
                     summary.turns_resumed)
+    return OpenedRun(records_file, results_file, states, [states[c.key_id] for c in cases],
+                     summary)
 
-    active_states = [states[c.key_id] for c in cases]
+
+def finish_turn(state: _CaseState, prep: PreparedTurn, completion: Completion,
+                summary: RunSummary, model_id: str, batch_latency_s: float) -> dict[str, Any]:
+    """Score a completion, commit it to the dialogue, count it; returns the record to append."""
+    parsed, correct = score_completion(prep, completion)
+    record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
+                     batch_latency_s)
+    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct))
+    usage = completion.usage
+    state.usages.append(dict(record["usage"]))
+    summary.usage.update(input=usage.input_tokens, cached_input=usage.cached_input_tokens,
+                         output=usage.output_tokens, thinking=usage.thinking_tokens)
+    summary.add_cost(cost_usd(model_id, usage))
+    summary.turns_requested += 1
+    return record
+
+
+def finalize_summary(opened: OpenedRun) -> RunSummary:
+    """Count finished cases and statuses of the selected cases into the summary."""
+    summary = opened.summary
+    for state in opened.active_states:
+        summary.cases_finished += state.dialogue.finished
+        summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
+    return summary
+
+
+def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
+                   settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
+                   progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
+    """Run (or resume) the evaluation of ``cases`` and write the run folder.
+
+    Args:
+        bundle: The loaded benchmark (key order and JSON hash).
+        cases: Validated, planned cases to evaluate (see ``validate_bundle``).
+        model: The provider; ``generate`` is called once per turn index that has work.
+        settings: Run identity and checkpointing.
+        run_dir: ``io.eval_run_dir(...)``.
+        overwrite: Delete an earlier run's manifest, records and results first.
+        progress: Optional wrapper of the turn-index loop (``utils.cli.progress``).
+
+    Returns:
+        The run summary.
+
+    Raises:
+        ConfigError: If the run folder holds a run with a different manifest (names the field).
+        ProviderError: If the provider returns a wrong number of completions.
+        SchemaError: If ``records.jsonl`` is corrupt.
+    """
+    run_dir = Path(run_dir)
+    opened = open_run(bundle, cases, model, settings, run_dir, overwrite=overwrite)
+    records_file, results_file = opened.records_file, opened.results_file
+    states, active_states, summary = opened.states, opened.active_states, opened.summary
     turn_indices: Iterable[int] = range(NUM_TURNS)
     if progress is not None:
         turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
@@ -356,22 +431,8 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                 raise ProviderError(f"provider {settings.provider} returned {len(completions)} "
                                     f"completion(s) for {len(prepared)} request(s)")
             for state, prep, completion in zip(batch, prepared, completions, strict=True):
-                parsed, correct = score_completion(prep, completion)
-                io.append_jsonl(records_file, _record(prep, completion, parsed, correct,
-                                                      state.dialogue.case.key_id, elapsed))
-                state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct))
-                usage = completion.usage
-                state.usages.append(
-                    {"input_tokens": usage.input_tokens,
-                     "cached_input_tokens": usage.cached_input_tokens,
-                     "output_tokens": usage.output_tokens,
-                     "thinking_tokens": usage.thinking_tokens})
-                summary.usage.update(input=usage.input_tokens,
-                                     cached_input=usage.cached_input_tokens,
-                                     output=usage.output_tokens,
-                                     thinking=usage.thinking_tokens)
-                summary.cost_usd += cost_usd(settings.model, usage)
-                summary.turns_requested += 1
+                io.append_jsonl(records_file, finish_turn(state, prep, completion, summary,
+                                                          settings.model, elapsed))
                 dirty = True
                 if state.dialogue.finished:
                     unsaved += 1
@@ -382,9 +443,8 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                 logger.info("checkpoint: %d finished case(s) in %s", n, results_file)
                 unsaved, dirty = 0, False
     finally:
-        if dirty or not results_file.exists():
+        # Also after a resume: a kill between the last record and the last rewrite leaves
+        # all_results.json behind records.jsonl.
+        if dirty or summary.turns_resumed or not results_file.exists():
             _write_all_results(results_file, states.values(), settings.model)
-    for state in active_states:
-        summary.cases_finished += state.dialogue.finished
-        summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
-    return summary
+    return finalize_summary(opened)

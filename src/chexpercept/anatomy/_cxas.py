@@ -1,0 +1,190 @@
+"""Stage 01.00 backend ``cxas``: CXAS UNet-ResNet50 (torchxrayvision) -> ``cxas_pred/``.
+
+Model: ``torchxrayvision.baseline_models.chestx_anatomy.UNetResNet50`` (torchxrayvision 1.5.7),
+the CXAS network repacked, 159 multi-label classes (PAX-Ray++ label set; components.md sections
+2b-2c). It is built with ``weights=False`` (nothing is downloaded) and the local file
+``anatomy.cxas_weights`` is loaded into it.
+
+Class-name mapping: the files are named exactly after the model's ``targets`` (the CXAS class
+names, e.g. ``right lung``, ``right upper zone lung``, ``heart``), which are the names the
+release wrote (spec section 3.1) and the names :mod:`chexpercept.anatomy.names` uses
+(``LUNG_NAMES``, ``ZONE_NAMES``); ``anatomy.cxas_classes`` picks which are written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chexpercept.anatomy.backends import LAYOUT_CXAS, AnatomySegmenter, resolve_device
+from chexpercept.errors import ConfigError
+from chexpercept.io import WORK_SIZE
+from utils.deps import require
+
+if TYPE_CHECKING:
+    from chexpercept.schema import AnatomyConfig
+
+logger = logging.getLogger(__name__)
+
+#: Logit threshold: sigmoid > 0.5 (torchxrayvision ``BackboneUNet.threshold``, components.md 2c).
+LOGIT_THRESHOLD = 0.0
+_FEATURE = "anatomy.backend 'cxas'"
+
+
+def cxas_state_dict(checkpoint: Any, where: str | Path) -> dict[str, Any]:
+    """The model state dict inside a CXAS / torchxrayvision checkpoint, keys aligned to txv.
+
+    Accepts a bare state dict or one nested under ``model`` / ``state_dict`` /
+    ``model_state_dict`` / ``network`` / ``net``; strips ``module.`` / ``model.`` / ``net.``
+    key prefixes; maps the CXAS package's ``backbone.*`` keys to txv's ``backbone.backbone.*``
+    (the same rules torchxrayvision 1.5.7 applies when it loads its own file).
+
+    Args:
+        checkpoint: What ``torch.load`` returned.
+        where: The file, for the message.
+
+    Returns:
+        ``{parameter name: tensor}``.
+
+    Raises:
+        ConfigError: If no state dict is found (naming ``anatomy.cxas_weights`` and the file).
+    """
+    if isinstance(checkpoint, Mapping):
+        for key in ("model", "state_dict", "model_state_dict", "network", "net"):
+            if isinstance(checkpoint.get(key), Mapping):
+                checkpoint = checkpoint[key]
+                break
+    if not isinstance(checkpoint, Mapping) or not checkpoint:
+        raise ConfigError(f"anatomy.cxas_weights {where}: expected a CXAS state dict (or a "
+                          f"checkpoint dict holding one), found {type(checkpoint).__name__}")
+    out = {}
+    for key, value in checkpoint.items():
+        for prefix in ("module.", "model.", "net."):
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        out[key] = value
+    if not any(k.startswith("backbone.backbone.") for k in out):
+        out = {("backbone.backbone." + k[len("backbone."):] if k.startswith("backbone.") else k): v
+               for k, v in out.items()}
+    return out
+
+
+def load_cxas_model(weights: str | Path | None, device: str) -> Any:
+    """Build torchxrayvision's CXAS UNet-ResNet50 and load local weights into it.
+
+    Args:
+        weights: ``anatomy.cxas_weights``.
+        device: Torch device.
+
+    Returns:
+        The model in eval mode on ``device``.
+
+    Raises:
+        ConfigError: If ``weights`` is unset or not a file, or does not fit the architecture
+            (listing missing parameter names).
+        MissingDependencyError: If torch / torchxrayvision are not installed.
+    """
+    if not weights:
+        raise ConfigError(f"{_FEATURE} needs anatomy.cxas_weights: the local file "
+                          "baseline_models_cxas_UNet_ResNet50_default_repack.pth (torchxrayvision "
+                          "GitHub release v1) or UNet_ResNet50_default.pth (CXAS); nothing is "
+                          "downloaded")
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"anatomy.cxas_weights {path} is not a file")
+    torch = require("torch", "anatomy", _FEATURE)
+    device = resolve_device(device, "anatomy.device")
+    xrv = require("torchxrayvision", "anatomy", _FEATURE)
+    model = xrv.baseline_models.chestx_anatomy.UNetResNet50(weights=False)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - an old pickle with non-tensor objects
+        logger.warning("anatomy.cxas_weights %s holds non-tensor objects; loading it with "
+                       "pickle (only use files you trust)", path)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    state = cxas_state_dict(checkpoint, path)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing:
+        raise ConfigError(f"anatomy.cxas_weights {path} does not fit the CXAS UNet-ResNet50: "
+                          f"{len(missing)} parameter(s) missing, e.g. {list(missing)[:5]}")
+    if unexpected:
+        logger.warning("anatomy.cxas_weights %s: %d unused key(s) ignored, e.g. %s", path,
+                       len(unexpected), list(unexpected)[:5])
+    return model.to(device).eval()
+
+
+def check_classes(classes: Sequence[str], targets: Sequence[str]) -> list[int]:
+    """Indices of ``classes`` in the model's ``targets``.
+
+    Raises:
+        ConfigError: Naming every unknown class with close matches (``anatomy.cxas_classes``).
+    """
+    problems = []
+    for name in classes:
+        if name not in targets:
+            close = difflib.get_close_matches(name, targets, n=3)
+            problems.append(f"{name!r} (did you mean {close}?)" if close else repr(name))
+    if problems:
+        raise ConfigError("anatomy.cxas_classes: unknown CXAS class(es) " + ", ".join(problems))
+    if not classes:
+        raise ConfigError("anatomy.cxas_classes is empty")
+    return [list(targets).index(n) for n in classes]
+
+
+class CXASSegmenter(AnatomySegmenter):
+    """CXAS masks in the working frame.
+
+    Input: the (1024, 1024) uint8 CXR scaled to [-1024, 1024] (``xrv.utils.normalize(img, 255)``:
+    ``(2 * img / 255 - 1) * 1024``), shape [B, 1, 1024, 1024]; the model resizes to 512, repeats
+    to 3 channels and applies ImageNet normalisation itself (components.md 2c). Output logits
+    [B, 159, 512, 512]; the chosen classes are upsampled bilinearly to 1024 x 1024 and
+    thresholded at logit > 0 (sigmoid > 0.5).
+    """
+
+    name = "cxas"
+    layout = LAYOUT_CXAS
+
+    def __init__(self, model: Any, classes: Sequence[str], device: str = "cpu") -> None:
+        """Wrap a loaded model.
+
+        Args:
+            model: The CXAS network (``targets`` attribute with the 159 names; called on a
+                [B, 1, H, W] float tensor in [-1024, 1024], returns [B, 159, h, w] logits).
+            classes: Class names to write (``anatomy.cxas_classes``).
+            device: Torch device the model is on.
+
+        Raises:
+            ConfigError: For an unknown class name.
+        """
+        self.model = model
+        self.device = device
+        self.output_names = tuple(dict.fromkeys(classes))
+        self._index = check_classes(self.output_names, list(model.targets))
+
+    def segment_batch(self, images: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Segment CXRs ((1024, 1024) uint8 each) into ``{class: (1024, 1024) bool}``."""
+        import torch
+        import torch.nn.functional as F
+
+        scaled = np.stack([(2.0 * (np.asarray(im, np.float32) / 255.0) - 1.0) * 1024.0
+                           for im in images])[:, None]
+        x = torch.from_numpy(scaled).to(self.device)
+        with torch.inference_mode():
+            logits = self.model(x)[:, self._index]
+            up = F.interpolate(logits.float(), size=(WORK_SIZE, WORK_SIZE), mode="bilinear",
+                               align_corners=False)
+            masks = (up > LOGIT_THRESHOLD).cpu().numpy()
+        return [{n: masks[b, k] for k, n in enumerate(self.output_names)}
+                for b in range(len(images))]
+
+
+def create_cxas_segmenter(cfg: AnatomyConfig) -> CXASSegmenter:
+    """Registry factory: load ``anatomy.cxas_weights`` on ``anatomy.device``."""
+    model = load_cxas_model(cfg.cxas_weights, cfg.device)
+    return CXASSegmenter(model, cfg.cxas_classes, cfg.device)

@@ -1,0 +1,172 @@
+"""Stage 00.01 candidate-mask segmenters: one interface, a registry, and the ``provided`` backend.
+
+A segmenter turns a prepared CXR (``<mimic_cxr_path>/<dicom_id>.png``, 1024 x 1024 working frame)
+and the pair's instruction into a candidate lesion mask plus the model's text; it is written to
+``rosalia_pred/<target>/<pair_id>/pred_mask.png`` (original_release_spec.md section 2.3).
+``provided`` reads the MIMIC-ILS lesion mask of the pair; ``rosalia`` runs ROSALIA (LISA
+architecture; :mod:`chexpercept.curation._rosalia`, loaded only when created).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from chexpercept.errors import ConfigError, InputError
+from chexpercept.io import (
+    WORK_SIZE,
+    FrameTransform,
+    mask_to_frame,
+    read_frame_transform,
+    read_mask,
+)
+
+if TYPE_CHECKING:
+    from chexpercept.schema import ChexperceptConfig
+
+
+class EmptyPredictionError(InputError):
+    """The segmenter produced no mask for a pair (recorded as a failed item, with the text)."""
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    """One candidate.
+
+    Attributes:
+        mask: (1024, 1024) bool candidate lesion mask in the working frame.
+        text: The segmenter's text answer (``results.json`` ``output_text``).
+    """
+
+    mask: np.ndarray
+    text: str
+
+
+class Segmenter(ABC):
+    """Candidate-mask source for Stage 00.01 (registry name in :attr:`name`)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def segment(self, image: np.ndarray, instruction: str, *,
+                item: Mapping[str, Any]) -> SegmentResult:
+        """Segment one pair.
+
+        Args:
+            image: (1024, 1024) uint8 grayscale CXR, working frame.
+            instruction: The deterministic instruction (:func:`candidates.instruction_for`).
+            item: The work item (``dicom_id``, ``target``, ``pair_id``, ``location``,
+                ``seg_mask_path``, ``answer``); model backends ignore it.
+
+        Returns:
+            The mask ((1024, 1024) bool) and the text.
+
+        Raises:
+            InputError: If the pair cannot be segmented (the item is recorded as failed).
+        """
+
+
+def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
+                  transform: FrameTransform | None = None) -> np.ndarray:
+    """The MIMIC-ILS lesion mask of a pair, mapped into the working frame.
+
+    MIMIC-ILS masks are square (512 or 1024) and cover the original CXR stretched to a square.
+    With the CXR's recorded ``transform`` the mask is mapped like the image (resize to the
+    original H x W, then the letterbox/stretch; :func:`chexpercept.io.mask_to_frame`); without
+    one (a hand-filled release-style PNG folder) it is resized (nearest) to 1024 x 1024.
+
+    Args:
+        item: The work item (``seg_mask_path``).
+        seg_mask_root: ``path.mimic_ils_seg_mask_path``.
+        transform: The CXR's transform (``<mimic_cxr_path>/<dicom_id>.transform.json``).
+
+    Returns:
+        (1024, 1024) bool.
+
+    Raises:
+        InputError: If the pair has no ``seg_mask_path``, ``path.mimic_ils_seg_mask_path`` is
+            unset, or the file is missing / unreadable (the caller records it as failed).
+    """
+    rel = item.get("seg_mask_path")
+    if not rel:
+        raise InputError("pair has no seg_mask_path")
+    if not seg_mask_root:
+        raise InputError("path.mimic_ils_seg_mask_path is not set")
+    if transform is None:
+        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE)
+    return mask_to_frame(read_mask(Path(seg_mask_root) / rel, size=None), transform)
+
+
+class ProvidedSegmenter(Segmenter):
+    """The MIMIC-ILS lesion mask of the pair (text: the pair's ``answer``, else ``[SEG]``)."""
+
+    name = "provided"
+
+    def __init__(self, seg_mask_root: str | Path | None, cxr_dir: str | Path) -> None:
+        """Args: ``path.mimic_ils_seg_mask_path`` and ``path.mimic_cxr_path`` (transforms)."""
+        self.seg_mask_root = seg_mask_root
+        self.cxr_dir = cxr_dir
+
+    def segment(self, image: np.ndarray, instruction: str, *,
+                item: Mapping[str, Any]) -> SegmentResult:
+        """Read and map the pair's MIMIC-ILS mask (see :func:`provided_mask`)."""
+        mask = provided_mask(item, self.seg_mask_root,
+                             read_frame_transform(self.cxr_dir, item["dicom_id"]))
+        return SegmentResult(mask, str(item.get("answer") or "[SEG]"))
+
+
+def _create_provided(cfg: ChexperceptConfig) -> Segmenter:
+    return ProvidedSegmenter(cfg.path.mimic_ils_seg_mask_path, cfg.path.mimic_cxr_path)
+
+
+_REGISTRY: dict[str, str | Callable[[ChexperceptConfig], Segmenter]] = {
+    "provided": _create_provided,
+    "rosalia": "chexpercept.curation._rosalia:create_rosalia_segmenter",
+}
+"""name -> factory ``f(config) -> Segmenter`` or ``"module:function"`` (imported on creation)."""
+
+
+def segmenter_names() -> tuple[str, ...]:
+    """Registered names (``source_data_curation.segmenter`` choices plus plugins)."""
+    return tuple(_REGISTRY)
+
+
+def register_segmenter(name: str,
+                       factory: str | Callable[[ChexperceptConfig], Segmenter]) -> None:
+    """Register (or replace) a segmenter factory (plugins and tests)."""
+    _REGISTRY[name] = factory
+
+
+def create_segmenter(name: str, cfg: ChexperceptConfig) -> Segmenter:
+    """Create the segmenter ``name`` (loading its model once).
+
+    Raises:
+        ConfigError: For an unknown name (listing the valid ones) or a missing config key.
+        MissingDependencyError: If the backend's packages or checkout are missing.
+    """
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise ConfigError(f"source_data_curation.segmenter {name!r}: expected one of "
+                          f"{segmenter_names()}")
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory(cfg)
+
+
+__all__ = [
+    "EmptyPredictionError",
+    "ProvidedSegmenter",
+    "SegmentResult",
+    "Segmenter",
+    "create_segmenter",
+    "provided_mask",
+    "register_segmenter",
+    "segmenter_names",
+]

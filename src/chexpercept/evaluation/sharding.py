@@ -1,0 +1,263 @@
+"""Stage 03: split a run into parts by key_id and merge the parts' ``all_results.json``.
+
+A case belongs to part ``stable_hash(key_id) % total_parts`` (blake2b, ``chexpercept.rng``), so
+its part does not depend on the JSON order, on ``--limit``/``--per_path_limit`` or on the
+machine. Part ``i`` of ``n`` runs in ``<run_dir>/part_<i>_of_<n>/`` (``io.eval_part_dir``) with
+its own ``run_manifest.json``, ``records.jsonl`` and ``all_results.json``, so parts can run on
+different GPUs or machines at once and each resumes on its own. :func:`merge_parts` checks that
+every part is present, was run with the same settings and is complete, then builds the run's
+combined ``all_results.json`` (benchmark order) and manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io, schema
+from chexpercept.errors import ConfigError, InputError
+from chexpercept.evaluation.cases import Bundle, plan_cases
+from chexpercept.evaluation.runner import IDENTITY_FIELDS
+from chexpercept.rng import stable_hash
+
+logger = logging.getLogger(__name__)
+
+#: Manifest field holding ``{"part": i, "total_parts": n}`` (parts) or
+#: ``{"total_parts": n, "merged": true}`` (a merged run).
+SHARDING_FIELD = "sharding"
+#: Problems listed in full in a refusal before the rest are counted.
+_MAX_LISTED = 20
+
+
+def check_part(part: int | None, total_parts: int) -> None:
+    """Check ``--part``/``--total-parts``.
+
+    Args:
+        part: Part index in ``[0, total_parts)``, or None for an unsharded run.
+        total_parts: Number of parts (>= 1).
+
+    Raises:
+        ConfigError: If ``total_parts < 1``, ``part`` is outside ``[0, total_parts)``, or
+            ``total_parts > 1`` without ``part``.
+    """
+    if total_parts < 1:
+        raise ConfigError(f"--total-parts must be >= 1, got {total_parts}")
+    if part is None:
+        if total_parts > 1:
+            raise ConfigError(f"--total-parts {total_parts} needs --part (0..{total_parts - 1})")
+        return
+    if not 0 <= part < total_parts:
+        raise ConfigError(f"--part must be in 0..{total_parts - 1} for --total-parts "
+                          f"{total_parts}, got {part}")
+
+
+def part_of(key_id: str, total_parts: int) -> int:
+    """The part a case belongs to: ``blake2b-64(key_id) mod total_parts``.
+
+    Args:
+        key_id: The case's key_id.
+        total_parts: Number of parts (>= 1).
+
+    Returns:
+        Part index in ``[0, total_parts)``; the same in every process and on every machine.
+    """
+    return stable_hash(key_id) % total_parts
+
+
+def select_part(key_ids: Sequence[str], part: int | None, total_parts: int) -> list[str]:
+    """The key_ids of ``part`` (order kept); all of them when ``part`` is None.
+
+    Raises:
+        ConfigError: See :func:`check_part`.
+    """
+    check_part(part, total_parts)
+    if part is None:
+        return list(key_ids)
+    return [k for k in key_ids if part_of(k, total_parts) == part]
+
+
+def part_sharding(part: int, total_parts: int) -> dict[str, int]:
+    """The manifest's ``sharding`` value of one part (an identity field: resume compares it)."""
+    return {"part": part, "total_parts": total_parts}
+
+
+@dataclass
+class MergedRun:
+    """A merge's outputs (not yet written).
+
+    Attributes:
+        all_results: Combined ``all_results.json`` content, in benchmark order.
+        manifest: Combined ``run_manifest.json`` content.
+        cases_per_part: Number of cases each part contributed.
+        warnings: Non-fatal differences between parts (code version, packages).
+    """
+
+    all_results: dict[str, Any]
+    manifest: dict[str, Any]
+    cases_per_part: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _listed(problems: Sequence[str]) -> str:
+    shown = "\n  ".join(problems[:_MAX_LISTED])
+    more = len(problems) - _MAX_LISTED
+    return shown + (f"\n  ... and {more} more" if more > 0 else "")
+
+
+def _part_env(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in manifest.items() if k not in IDENTITY_FIELDS}
+
+
+def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
+                key_ids: Sequence[str] | None = None) -> MergedRun:
+    """Check the parts of a sharded run and combine them.
+
+    Checks, collecting every problem before raising once:
+
+    - every ``part_<i>_of_<n>/`` exists with a ``run_manifest.json`` for part ``i`` of ``n``;
+    - every part's identity fields (``runner.IDENTITY_FIELDS``: provider, model, provider
+      settings, oracle setting, seed, prompt and benchmark hashes, ...) equal part 0's, and the
+      benchmark hash equals ``bundle``'s;
+    - every selected case of each part has a record for every turn of its path in the part's
+      ``records.jsonl``, and an entry in the part's ``all_results.json``;
+    - no part holds a case that belongs to another part.
+
+    Args:
+        bundle: The benchmark the parts ran on.
+        run_dir: ``<output-path>/<provider>_<model>/oracle_<setting>/`` (the parts' parent).
+        total_parts: Number of parts the run was split into.
+        key_ids: Cases that must be complete (the parts' ``--limit``/``--per_path_limit``
+            selection); None means every case of the benchmark.
+
+    Returns:
+        The merged results and manifest. Every finished case of every part is included.
+
+    Raises:
+        ConfigError: If ``total_parts < 1``, or ``run_dir`` holds an unsharded run.
+        InputError: Naming each missing part, differing manifest field, incomplete key_id
+            (with its missing turns) and stale ``all_results.json``.
+    """
+    check_part(0, total_parts)
+    run_dir = Path(run_dir)
+    existing = io.run_manifest_path(run_dir)
+    if existing.is_file() and not io.read_json(existing).get(SHARDING_FIELD, {}).get("merged"):
+        raise ConfigError(f"{existing}: {run_dir} holds an unsharded run; merged parts would "
+                          f"overwrite its all_results.json. Use another --output-path for "
+                          f"sharded runs.")
+    wanted = list(bundle.items) if key_ids is None else list(key_ids)
+    problems: list[str] = []
+    manifests: dict[int, dict[str, Any]] = {}
+    for part in range(total_parts):
+        part_dir = io.eval_part_dir(run_dir, part, total_parts)
+        path = io.run_manifest_path(part_dir)
+        if not path.is_file():
+            problems.append(f"part {part} of {total_parts} is missing: no {path} (run 00_eval.py "
+                            f"with --part {part} --total-parts {total_parts})")
+            continue
+        manifest = io.read_json(path)
+        if manifest.get(SHARDING_FIELD) != part_sharding(part, total_parts):
+            problems.append(f"{path}: holds sharding {manifest.get(SHARDING_FIELD)!r}, expected "
+                            f"{part_sharding(part, total_parts)}")
+            continue
+        manifests[part] = manifest
+    if not manifests:
+        raise InputError(f"{run_dir}: cannot merge {total_parts} part(s):\n  "
+                         + _listed(problems))
+
+    first_part = min(manifests)
+    reference = manifests[first_part]
+    if reference.get("benchmark_json_sha256") != bundle.json_sha256:
+        problems.append(f"part {first_part} ran on another chexpercept.json (sha256 "
+                        f"{reference.get('benchmark_json_sha256')}) than {bundle.layout.json_path} "
+                        f"(sha256 {bundle.json_sha256}); pass the --benchmark-dir the parts "
+                        f"used")
+    warnings = []
+    for part, manifest in manifests.items():
+        diffs = [f"'{k}' (part {first_part}: {reference.get(k)!r}, part {part}: "
+                 f"{manifest.get(k)!r})" for k in IDENTITY_FIELDS
+                 if k != SHARDING_FIELD and manifest.get(k) != reference.get(k)]
+        if diffs:
+            problems.append(f"part {part} was run with other settings than part {first_part}: "
+                            + "; ".join(diffs))
+        for k in ("git_commit", "packages"):
+            if manifest.get(k) != reference.get(k):
+                warnings.append(f"parts {first_part} and {part} differ in {k}")
+
+    planned = {c.key_id: c for c in plan_cases(bundle, [k for k in wanted if k in bundle.items])}
+    unknown = [k for k in wanted if k not in bundle.items]
+    if unknown:
+        problems.append(f"{len(unknown)} selected key_id(s) not in {bundle.layout.json_path}: "
+                        f"{', '.join(unknown[:_MAX_LISTED])}")
+    part_results: dict[int, dict[str, Any]] = {}
+    incomplete: list[str] = []
+    for part in manifests:
+        part_dir = io.eval_part_dir(run_dir, part, total_parts)
+        recorded: dict[str, set[str]] = {}
+        for rec in io.read_jsonl(io.records_path(part_dir)):
+            recorded.setdefault(str(rec.get("key_id")), set()).add(str(rec.get("turn")))
+        results_path = io.all_results_path(part_dir)
+        results = io.read_json(results_path) if results_path.is_file() else {}
+        schema.parse_all_results(results, results_path)
+        part_results[part] = results
+        stale = []
+        for key_id in wanted:
+            if key_id not in planned or part_of(key_id, total_parts) != part:
+                continue
+            missing = [t.spec.name for t in planned[key_id].turns
+                       if t.spec.name not in recorded.get(key_id, set())]
+            if missing:
+                incomplete.append(f"part {part}: {key_id} lacks {', '.join(missing)}")
+            elif key_id not in results:
+                stale.append(key_id)
+        if stale:
+            problems.append(f"{results_path} lacks {len(stale)} finished case(s) (e.g. "
+                            f"{stale[0]}); re-run the part's command to rebuild it (no request "
+                            f"is sent again)")
+        foreign = [k for k in (*results, *recorded) if k in bundle.items
+                   and part_of(k, total_parts) != part]
+        if foreign:
+            problems.append(f"{part_dir} holds {len(set(foreign))} case(s) of other parts (e.g. "
+                            f"{foreign[0]}); was it run with another --total-parts?")
+    if incomplete:
+        problems.append(f"{len(incomplete)} case(s) are incomplete (re-run their part's "
+                        f"command to finish them):\n    " + "\n    ".join(
+                            incomplete[:_MAX_LISTED])
+                        + (f"\n    ... and {len(incomplete) - _MAX_LISTED} more"
+                           if len(incomplete) > _MAX_LISTED else ""))
+    if problems:
+        raise InputError(f"{run_dir}: cannot merge {total_parts} part(s); {len(problems)} "
+                         f"problem(s):\n  " + _listed(problems))
+
+    merged: dict[str, Any] = {}
+    counts = [0] * total_parts
+    for key_id in bundle.items:
+        for part, results in part_results.items():
+            if key_id in results:
+                merged[key_id] = results[key_id]
+                counts[part] += 1
+    manifest = {**reference,
+                SHARDING_FIELD: {"total_parts": total_parts, "merged": True},
+                "parts": [{"part": p, "run_dir": str(io.eval_part_dir(run_dir, p, total_parts)),
+                           **{k: v for k, v in _part_env(manifests[p]).items()
+                              if k != SHARDING_FIELD}}
+                          for p in sorted(manifests)],
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for warning in warnings:
+        logger.warning("%s", warning)
+    return MergedRun(merged, manifest, counts, warnings)
+
+
+def write_merged(run_dir: str | Path, merged: MergedRun) -> Path:
+    """Write the merged ``all_results.json`` then ``run_manifest.json`` (each atomically).
+
+    Returns:
+        The ``all_results.json`` path.
+    """
+    results_path = io.all_results_path(run_dir)
+    io.write_json_atomic(results_path, io.to_jsonable(merged.all_results))
+    io.write_json_atomic(io.run_manifest_path(run_dir), io.to_jsonable(merged.manifest))
+    return results_path

@@ -1,0 +1,173 @@
+"""Async per-case runner: concurrency bound, turn order, parity with the sync runner, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+
+import pytest
+from stage03_bundle import write_bundle
+from stage03_fakes import ScriptedModel, right, wrong
+
+from chexpercept import io
+from chexpercept.errors import ConfigError, ProviderError
+from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
+from chexpercept.evaluation.async_runner import RecordWriter, run_evaluation_async
+from chexpercept.evaluation.cases import TURN_BY_NAME
+from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
+
+TOTAL_TURNS = 33  # turns of the seven bundle cases (9+6+1+5+2+1+9)
+
+
+def _mixed(request):
+    return right(request) if sum(map(ord, request.request_id)) % 3 else wrong(request)
+
+
+class AsyncFake(ChatModel):
+    """A native-async fake with the same identity as ScriptedModel (same manifest)."""
+
+    provider = "scripted"
+    supports_async = True
+
+    def __init__(self, answer=_mixed, *, delay_s=0.002, fail_on=None, exc=RuntimeError):
+        super().__init__("scripted-model")
+        self.answer, self.delay_s, self.fail_on, self.exc = answer, delay_s, fail_on, exc
+        self.calls = 0
+        self.in_flight = self.max_in_flight = 0
+        self.requests: list[TurnRequest] = []
+        self.closed = 0
+
+    def generate(self, requests):
+        raise AssertionError("the async runner must not call generate")
+
+    async def agenerate(self, request):
+        n = self.calls
+        self.calls += 1
+        if self.fail_on is not None and n == self.fail_on:
+            raise self.exc("simulated failure")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            self.in_flight -= 1
+        self.requests.append(request)
+        return Completion(text=self.answer(request), finish_reason="stop",
+                          usage=Usage(input_tokens=10, output_tokens=3))
+
+    async def aclose(self):
+        self.closed += 1
+
+
+@pytest.fixture()
+def bundle(tmp_path):
+    return load_bundle(write_bundle(tmp_path / "bench"))
+
+
+def _settings(**kw):
+    return EvalSettings("scripted", "m", oracle_setting=kw.pop("oracle_setting", "implicit"), **kw)
+
+
+def _records(run_dir):
+    return [json.loads(x) for x in io.records_path(run_dir).read_text().splitlines()]
+
+
+def _all_results_text(run_dir):
+    return io.all_results_path(run_dir).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("setting", ["implicit", "explicit", "none"])
+def test_results_identical_to_the_sync_runner(bundle, tmp_path, setting):
+    cases = validate_bundle(bundle)
+    run_evaluation(bundle, cases, ScriptedModel(_mixed), _settings(oracle_setting=setting),
+                   tmp_path / "sync")
+    fake = AsyncFake()
+    summary = run_evaluation_async(bundle, cases, fake, _settings(oracle_setting=setting),
+                                   tmp_path / "async", concurrency=4)
+    assert _all_results_text(tmp_path / "sync") == _all_results_text(tmp_path / "async")
+    drop = ("latency_s", "batch_latency_s")
+    norm = lambda recs: sorted(  # noqa: E731
+        json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True) for r in recs)
+    assert norm(_records(tmp_path / "sync")) == norm(_records(tmp_path / "async"))
+    assert summary.turns_requested == summary.generate_calls == TOTAL_TURNS
+    assert summary.cases_finished == 7 and fake.closed == 1
+
+
+def test_default_agenerate_runs_a_sync_provider(bundle, tmp_path):
+    cases = validate_bundle(bundle)
+    run_evaluation(bundle, cases, ScriptedModel(_mixed), _settings(), tmp_path / "sync")
+    model = ScriptedModel(_mixed)
+    run_evaluation_async(bundle, cases, model, _settings(), tmp_path / "async", concurrency=3)
+    assert _all_results_text(tmp_path / "sync") == _all_results_text(tmp_path / "async")
+    assert all(len(call) == 1 for call in model.calls)  # one request per generate call
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_concurrency_bound_is_respected(bundle, tmp_path, concurrency):
+    fake = AsyncFake(delay_s=0.01)
+    run_evaluation_async(bundle, validate_bundle(bundle), fake, _settings(), tmp_path / "run",
+                         concurrency=concurrency)
+    assert fake.max_in_flight == concurrency
+
+
+def test_each_case_runs_its_turns_in_order_with_full_history(bundle, tmp_path):
+    fake = AsyncFake(delay_s=0.003)
+    run_evaluation_async(bundle, validate_bundle(bundle), fake, _settings(), tmp_path / "run",
+                         concurrency=5)
+    by_case = defaultdict(list)
+    for request in fake.requests:
+        key_id, turn = request.request_id.split("/", 1)
+        by_case[key_id].append((turn, len(request.messages)))
+    assert len(by_case) == 7
+    for turns in by_case.values():
+        indices = [TURN_BY_NAME[t].index for t, _ in turns]
+        assert indices == sorted(indices)
+        assert [n for _, n in turns] == [2 + 2 * k for k in range(len(turns))]
+
+
+def test_resume_after_an_exception_requests_only_missing_turns(bundle, tmp_path):
+    cases = validate_bundle(bundle)
+    run_evaluation_async(bundle, cases, AsyncFake(), _settings(), tmp_path / "clean",
+                         concurrency=3)
+    crashing = AsyncFake(fail_on=14)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        run_evaluation_async(bundle, cases, crashing, _settings(), tmp_path / "run",
+                             concurrency=3)
+    done = len(_records(tmp_path / "run"))
+    assert 0 < done <= 14
+    partial = json.loads(_all_results_text(tmp_path / "run"))
+    finished = {r["key_id"] for r in _records(tmp_path / "run")}
+    assert set(partial) <= finished  # finished cases were checkpointed at the crash
+    again = AsyncFake()
+    summary = run_evaluation_async(bundle, cases, again, _settings(), tmp_path / "run",
+                                   concurrency=3)
+    assert again.calls == TOTAL_TURNS - done and summary.turns_resumed == done
+    assert _all_results_text(tmp_path / "run") == _all_results_text(tmp_path / "clean")
+
+
+def test_provider_error_stops_the_run_and_keeps_records(bundle, tmp_path):
+    fake = AsyncFake(fail_on=5, exc=ProviderError)
+    with pytest.raises(ProviderError):
+        run_evaluation_async(bundle, validate_bundle(bundle), fake, _settings(),
+                             tmp_path / "run", concurrency=1)
+    assert len(_records(tmp_path / "run")) == 5 and fake.closed == 1
+
+
+def test_manifest_mismatch_is_refused_like_the_sync_runner(bundle, tmp_path):
+    cases = validate_bundle(bundle)
+    run_evaluation_async(bundle, cases, AsyncFake(), _settings(), tmp_path / "run")
+    with pytest.raises(ConfigError, match="oracle_setting"):
+        run_evaluation_async(bundle, cases, AsyncFake(), _settings(oracle_setting="none"),
+                             tmp_path / "run")
+    with pytest.raises(ConfigError, match="concurrency"):
+        run_evaluation_async(bundle, cases, AsyncFake(), _settings(), tmp_path / "run",
+                             concurrency=0)
+
+
+def test_record_writer_flushes_each_record_before_fsync(tmp_path):
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path, fsync_every=1000, fsync_interval_s=3600)
+    writer.append({"key_id": "a", "turn": "detection_qa"})
+    assert json.loads(path.read_text().splitlines()[0])["key_id"] == "a"  # visible to readers
+    writer.close()

@@ -1,0 +1,33 @@
+"""The parser's fast paths (benchmarks/bench_parser.py) keep the regex semantics exactly.
+
+ASCII text is searched with ``str.lower``/``rfind``; other text falls back to the
+case-insensitive regexes, whose folding also maps the long s and dotted I to ASCII letters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chexpercept.evaluation.parsing import parse_answer
+
+YES_NO = ["Yes", "No"]
+
+
+@pytest.mark.parametrize(("raw", "answer", "status"), [
+    ("anſwer: 2", (2,), "ok"),                       # long s folds to s (regex IGNORECASE)
+    ("Ｘ the ANſWER: 1", (1,), "ok"),
+    ("İ cannot help with this image.", None, "refused"),  # dotted I folds to i
+    ("I CAN'T do that", None, "refused"),
+    ("é\nfinal answer: 2\nmore", (2,), "ok"),
+    ("Answer：2", (2,), "ok"),                       # full-width colon
+    ("answer: 1 xanswer: 2", None, "unparseable"),    # 'xanswer' is no declaration
+    ("Answer: 2\nthe answers are 1", (2,), "ok"),     # an explicit declaration wins
+    ("réponse. Answer: 1\nThe answers are 2", (1,), "ok"),
+    ("ſome text\nthe answer is (2).", (2,), "ok"),
+    ("Final answer: 1 ... Answer:2", (2,), "ok"),     # the last declaration wins
+    ("2 zones\n" + "reasoning " * 200 + "\nAnswer: 1", (1,), "ok"),
+    ("no decl\nhere 2", None, "unparseable"),
+])
+def test_ascii_and_unicode_paths_agree_with_the_rules(raw, answer, status):
+    parsed = parse_answer(raw, num_options=2, option_texts=YES_NO)
+    assert (parsed.answer, parsed.status) == (answer, status), parsed.detail

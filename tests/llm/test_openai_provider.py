@@ -1,0 +1,289 @@
+"""openai / azure providers through the real openai SDK against the loopback server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import json
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loopback import LoopbackServer
+from PIL import Image
+
+from utils.errors import ConfigError, ProviderError
+from utils.llm.base import Message, TurnRequest
+from utils.llm.openai_provider import (
+    AzureOpenAIChatModel,
+    OpenAIChatModel,
+    is_reasoning_model,
+    no_thinking_effort,
+)
+from utils.llm.retry import RetryPolicy
+
+FAST = RetryPolicy(max_retries=3, base_delay_s=0.001, max_delay_s=0.01)
+KEY = "sk-test-SECRET-0123456789"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def server():
+    with LoopbackServer() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def png(tmp_path):
+    path = tmp_path / "x.png"
+    Image.fromarray(np.full((4, 4, 3), 7, np.uint8)).save(path)
+    return path
+
+
+def _request(png: Path) -> TurnRequest:
+    return TurnRequest((Message("system", "be brief"), Message("user", "first?", (png,)),
+                        Message("assistant", "Answer: 2"), Message("user", "second?", (png,))),
+                       request_id="case/turn")
+
+
+def _model(server, model="gpt-5.4", **kw):
+    kw.setdefault("retry_policy", FAST)
+    return OpenAIChatModel(model, base_url=server.base_url, env={"OPENAI_API_KEY": KEY}, **kw)
+
+
+def test_reasoning_payload_data_urls_no_temperature(server, png):
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.status == "ok" and completion.text == "Answer: 1"
+    body = server.chat_requests()[0].body
+    assert body["model"] == "gpt-5.4"
+    assert body["max_completion_tokens"] == 8192 and body["reasoning_effort"] == "medium"
+    assert "temperature" not in body and "max_tokens" not in body
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert body["messages"][2]["content"] == "Answer: 2"
+    first = body["messages"][1]["content"]
+    assert first[0] == {"type": "text", "text": "first?"}
+    url = first[1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    assert base64.b64decode(url.split(",", 1)[1]) == png.read_bytes()
+    assert server.chat_requests()[0].auth == f"Bearer {KEY}"
+
+
+def test_usage_finish_reason_latency_recorded(server, png):
+    server.latency_s = 0.1
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.finish_reason == "stop" and completion.response_model == "gpt-5.4"
+    usage = completion.usage
+    assert usage.input_tokens > 0 and usage.cached_input_tokens == usage.input_tokens // 2
+    assert (usage.output_tokens, usage.thinking_tokens) == (7, 3)
+    assert completion.latency_s >= 0.1 and completion.attempts == 1
+
+
+def test_non_reasoning_model_gets_temperature_seed_and_no_thinking(server, png):
+    _model(server, "qwen3-vl-8b", seed=5, no_thinking=True).generate([_request(png)])
+    body = server.chat_requests()[0].body
+    assert body["temperature"] == 0.0 and body["seed"] == 5 and body["max_tokens"] == 8192
+    assert "reasoning_effort" not in body and "max_completion_tokens" not in body
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_reasoning_detection_and_no_thinking_effort():
+    assert is_reasoning_model("gpt-5.4-nano") and is_reasoning_model("o3")
+    assert not is_reasoning_model("gpt-4o") and not is_reasoning_model("Qwen/Qwen3-VL")
+    assert no_thinking_effort("gpt-5.4") == "none"
+    assert no_thinking_effort("gpt-5-mini") == "minimal"
+    assert no_thinking_effort("o4-mini") == "low"
+
+
+def test_429_retry_after_is_honoured(server, png):
+    server.push({"status": 429, "headers": {"Retry-After": "0.4"}})
+    completion = _model(server).generate([_request(png)])[0]
+    first, second = server.chat_requests()
+    assert completion.status == "ok" and completion.attempts == 2
+    assert second.t_arrival - first.t_arrival >= 0.4
+
+
+def test_retry_after_ms_is_honoured_async(server, png):
+    server.push({"status": 429, "headers": {"retry-after-ms": "300"}})
+    model = _model(server)
+
+    async def go():
+        try:
+            return await model.agenerate(_request(png))
+        finally:
+            await model.aclose()
+
+    completion = asyncio.run(go())
+    first, second = server.chat_requests()
+    assert completion.status == "ok" and completion.attempts == 2
+    assert second.t_arrival - first.t_arrival >= 0.3
+
+
+def test_500s_are_retried(server, png):
+    server.push({"status": 500}, {"status": 503})
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.status == "ok" and completion.attempts == 3
+    assert [s.status for s in server.chat_requests()] == [500, 503, 200]
+
+
+def test_exhausted_retries_record_error_with_attempts(server, png):
+    server.push(*[{"status": 500}] * 3)
+    policy = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.01)
+    completion = _model(server, retry_policy=policy).generate([_request(png)])[0]
+    assert completion.status == "error" and completion.attempts == 3
+    assert "after 3 attempt(s)" in completion.error and len(server.chat_requests()) == 3
+
+
+def test_sdk_retries_are_off(server, png):
+    server.push({"status": 429, "headers": {"Retry-After": "0"}})
+    completion = _model(server, retry_policy=RetryPolicy(max_retries=0)).generate(
+        [_request(png)])[0]
+    assert completion.status == "error" and completion.attempts == 1
+    assert len(server.chat_requests()) == 1  # the SDK did not retry on its own
+
+
+def test_timeout_is_retried(server, png):
+    server.push({"delay_s": 1.5})
+    completion = _model(server, timeout_s=0.3).generate([_request(png)])[0]
+    assert completion.status == "ok" and completion.attempts == 2
+
+
+@pytest.mark.parametrize(("action", "status"), [
+    ({"content": ""}, "error"),
+    ({"content": None}, "error"),
+    ({"content": "", "finish_reason": "length"}, "truncated"),
+    ({"content": None, "finish_reason": "content_filter"}, "refused"),
+    ({"content": None, "refusal": "I can't help with that."}, "refused"),
+])
+def test_empty_or_blocked_answers_become_statuses(server, png, action, status):
+    server.push(action)
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.status == status and completion.attempts == 1
+
+
+def test_auth_error_fails_fast_without_leaking_the_key(server, png):
+    server.push({"status": 401})
+    with pytest.raises(ProviderError) as info:
+        _model(server).generate([_request(png)])
+    assert "401" in str(info.value) and KEY not in str(info.value)
+    assert len(server.chat_requests()) == 1
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 422])
+def test_bad_request_fails_fast(server, png, status):
+    server.push({"status": status})
+    with pytest.raises(ProviderError):
+        asyncio.run(_model(server).agenerate(_request(png)))
+    assert len(server.chat_requests()) == 1
+
+
+def test_context_overflow_is_a_recorded_error_not_a_stop(server, png):
+    server.push({"status": 400, "error_code": "context_length_exceeded"})
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.status == "error" and "400" in completion.error
+
+
+def test_sync_generate_runs_requests_concurrently_within_the_bound(server, png):
+    server.latency_s = 0.1
+    completions = _model(server, concurrency=3).generate([_request(png)] * 7)
+    assert [c.status for c in completions] == ["ok"] * 7
+    assert server.stats.max_in_flight == 3
+
+
+def test_missing_key_names_env_var_and_yaml_key(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        OpenAIChatModel("gpt-5.4", env={}, api_keys=tmp_path / "none.yaml")
+    assert "OPENAI_API_KEY" in str(info.value) and "openai.api_key" in str(info.value)
+
+
+def test_key_from_yaml_and_yaml_not_read_when_env_has_it(server, png, tmp_path):
+    keys = tmp_path / "api_keys.yaml"
+    keys.write_text("openai:\n  api_key: sk-from-yaml-123456\n", encoding="utf-8")
+    OpenAIChatModel("gpt-5.4", base_url=server.base_url, env={}, api_keys=keys,
+                    retry_policy=FAST).generate([_request(png)])
+    assert server.chat_requests()[-1].auth == "Bearer sk-from-yaml-123456"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("openai: [unclosed\n", encoding="utf-8")
+    OpenAIChatModel("gpt-5.4", env={"OPENAI_API_KEY": KEY}, api_keys=broken)  # not read
+
+
+def test_base_url_needs_no_key(server, png, tmp_path):
+    model = OpenAIChatModel("qwen3-vl", base_url=server.base_url, env={},
+                            api_keys=tmp_path / "none.yaml")
+    assert model.generate([_request(png)])[0].status == "ok"
+
+
+def test_azure_deployment_url_shape(server, png):
+    model = AzureOpenAIChatModel("gpt-5.4", deployment="my-deploy", base_url=server.root_url,
+                                 env={"AZURE_OPENAI_API_KEY": KEY,
+                                      "OPENAI_API_VERSION": "2025-04-01-preview"},
+                                 retry_policy=FAST)
+    assert model.generate([_request(png)])[0].status == "ok"
+    seen = server.chat_requests()[0]
+    assert seen.path == ("/openai/deployments/my-deploy/chat/completions"
+                         "?api-version=2025-04-01-preview")
+    assert seen.body["model"] == "my-deploy" and "temperature" not in seen.body
+    assert seen.auth == KEY  # Azure sends the key as the api-key header
+    described = model.describe()
+    assert described["deployment"] == "my-deploy" and KEY not in json.dumps(described)
+
+
+def test_azure_missing_endpoint_names_env_and_yaml(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        AzureOpenAIChatModel("gpt-5.4", env={"AZURE_OPENAI_API_KEY": KEY},
+                             api_keys=tmp_path / "none.yaml")
+    assert "AZURE_OPENAI_ENDPOINT" in str(info.value) and "azure.endpoint" in str(info.value)
+
+
+def test_cli_runs_openai_provider_async_and_keeps_the_key_out(server, tmp_path, monkeypatch):
+    bundle = _load("stage03_bundle_for_llm", REPO / "tests" / "evaluation" / "stage03_bundle.py")
+    bench = bundle.write_bundle(tmp_path / "bench")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    out = tmp_path / "out"
+    argv = ["--provider", "openai", "--model", "gpt-5.4", "--base-url", server.base_url,
+            "--benchmark-dir", str(bench), "--output-path", str(out), "--no-progress",
+            "--concurrency", "3", "--max-retries", "2"]
+    script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
+    assert script["main"](argv) == 0
+    run_dir = out / "openai_gpt-5.4" / "oracle_implicit"
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert len(records) == len(server.chat_requests()) == 33
+    assert server.stats.max_in_flight <= 3
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(encoding="utf-8"), path
+    manifest = json.loads((run_dir / "run_manifest.json").read_text())
+    assert manifest["provider_settings"]["params"]["reasoning_effort"] == "medium"
+    assert script["main"](argv) == 0  # resume: nothing left to ask
+    assert len(server.chat_requests()) == 33
+
+
+@pytest.mark.parametrize(("provider", "names"), [
+    ("openai", ("OPENAI_API_KEY", "openai.api_key")),
+    ("azure", ("AZURE_OPENAI_API_KEY", "azure.api_key")),
+    ("gemini", ("GEMINI_API_KEY", "gemini.api_key", "gemini.project")),
+])
+def test_cli_missing_key_is_one_clean_line(tmp_path, monkeypatch, capsys, provider, names):
+    from utils.cli import run_main
+
+    for var in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+                "GOOGLE_CLOUD_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    bundle = _load("stage03_bundle_for_llm", REPO / "tests" / "evaluation" / "stage03_bundle.py")
+    bench = bundle.write_bundle(tmp_path / "bench")
+    script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
+    argv = ["--provider", provider, "--model", "gpt-5.4", "--benchmark-dir", str(bench),
+            "--output-path", str(tmp_path / "out"), "--api-keys", str(tmp_path / "no.yaml"),
+            "--no-progress"]
+    assert run_main(script["main"], argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(name in err for name in names)

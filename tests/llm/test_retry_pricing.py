@@ -1,0 +1,151 @@
+"""Retry policy, Retry-After parsing, api_keys.yaml resolution and the YAML price table."""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+
+import numpy as np
+import pytest
+
+from utils.errors import ConfigError, ProviderError
+from utils.llm import pricing
+from utils.llm.base import Usage
+from utils.llm.keys import ApiKeys, redact, resolve
+from utils.llm.retry import (
+    Failure,
+    RequestFailed,
+    Retrier,
+    RetryPolicy,
+    backoff_delay,
+    parse_retry_after,
+)
+
+
+def test_parse_retry_after_forms():
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    date = email.utils.formatdate(1_000_030, usegmt=True)
+    assert parse_retry_after({"retry-after": date}, now=1_000_000) == pytest.approx(30.0)
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None and parse_retry_after(None) is None
+
+
+def test_full_jitter_bounds_and_retry_after_floor():
+    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, max_retry_after_s=20.0)
+    rng = np.random.default_rng(0)
+    for k in range(8):
+        delays = [backoff_delay(policy, k, None, rng) for _ in range(200)]
+        assert 0.0 <= min(delays) and max(delays) <= min(8.0, 2.0 ** k)
+    assert all(backoff_delay(policy, 0, 5.0, rng) >= 5.0 for _ in range(50))
+    assert backoff_delay(policy, 0, 500.0, rng) == 20.0  # capped server wait
+
+
+def _retrier(kinds, max_retries=3):
+    sleeps = []
+    calls = {"n": 0}
+
+    def fn():
+        i = calls["n"]
+        calls["n"] += 1
+        if i < len(kinds):
+            raise ValueError(kinds[i])
+        return "done"
+
+    def classify(exc):
+        kind = str(exc)
+        return Failure(kind, f"boom {kind}", 500 if kind == "retryable" else 401,
+                       retry_after_s=0.5 if kind == "retryable" else None)
+
+    retrier = Retrier(RetryPolicy(max_retries=max_retries, base_delay_s=0.0), classify, "t")
+    return retrier, fn, sleeps, calls
+
+
+def test_retrier_retries_then_succeeds_and_counts():
+    retrier, fn, sleeps, calls = _retrier(["retryable", "retryable"])
+    assert retrier.call(fn, sleep=sleeps.append) == ("done", 3)
+    assert sleeps == [0.5, 0.5] and retrier.stats.retries == 2 and retrier.stats.attempts == 3
+
+
+def test_retrier_exhausts_with_attempt_count():
+    retrier, fn, sleeps, calls = _retrier(["retryable"] * 5, max_retries=2)
+    with pytest.raises(RequestFailed) as info:
+        retrier.call(fn, sleep=sleeps.append)
+    assert info.value.attempts == 3 and info.value.exhausted and calls["n"] == 3
+
+
+def test_retrier_fatal_raises_provider_error_at_once():
+    retrier, fn, sleeps, calls = _retrier(["fatal"])
+    with pytest.raises(ProviderError, match="401"):
+        retrier.call(fn, sleep=sleeps.append)
+    assert calls["n"] == 1 and sleeps == []
+
+
+def test_retrier_request_failure_is_not_retried():
+    retrier, fn, sleeps, calls = _retrier(["request"])
+    with pytest.raises(RequestFailed) as info:
+        retrier.call(fn, sleep=sleeps.append)
+    assert not info.value.exhausted and calls["n"] == 1
+
+
+def test_unclassified_exceptions_propagate():
+    retrier = Retrier(RetryPolicy(), lambda exc: None, "t")
+    with pytest.raises(KeyError):
+        retrier.call(lambda: {}["x"])
+
+
+def test_keys_env_first_then_only_the_needed_yaml_block(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text("azure:\n  api_key: ${NOT_SET_ANYWHERE}\nopenai:\n  api_key: yaml-key\n",
+                    encoding="utf-8")
+    keys = ApiKeys(path)
+    assert resolve({"OPENAI_API_KEY": "env-key"}, ("OPENAI_API_KEY",), keys, "openai",
+                   "api_key", what="x") == "env-key"
+    # the azure block has an unset variable, but only the openai block is expanded
+    assert resolve({}, ("OPENAI_API_KEY",), keys, "openai", "api_key", what="x") == "yaml-key"
+    with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE"):
+        resolve({}, ("AZURE_OPENAI_API_KEY",), keys, "azure", "api_key", what="x")
+
+
+def test_redact_scrubs_key_shapes_and_given_secrets():
+    text = redact("bad key sk-abcdef123456 and AIzaSyABCDEFGHIJKLMNOP and my-own-secret",
+                  ["my-own-secret"])
+    assert "sk-abc" not in text and "AIza" not in text and "my-own-secret" not in text
+
+
+def test_prices_come_from_the_yaml_file(tmp_path):
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
+    table = tmp_path / "pricing.yaml"
+    table.write_text("providers:\n  other: {image_tokens: 1, cache_min_tokens: 1}\n"
+                     "models:\n  my-model:\n    aliases: [my-alias]\n    input: 1.0\n"
+                     "    cached_input: 0.5\n    output: 2.0\n", encoding="utf-8")
+    assert pricing.cost_usd("my-alias", usage, table) == pytest.approx(3.0)
+    assert pricing.cost_usd("gpt-5.4", usage, table) is None
+
+
+def test_shipped_table_matches_ids_aliases_snapshots_and_prefixes():
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
+    assert pricing.cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # defect 28
+    assert pricing.cost_usd("gemini-3.1-pro-preview", usage) == pytest.approx(14.0)
+    assert pricing.cost_usd("models/gemini-3.1-flash-lite", usage) == pytest.approx(1.75)
+    assert pricing.cost_usd("gpt-5.4-mini-2026-03-17", usage) == pytest.approx(5.25)
+    assert pricing.cost_usd("GPT-5.4", usage) == pytest.approx(17.5)
+    # exact match only: no substring guessing
+    assert pricing.cost_usd("gpt-5.4-pro", usage) is None
+
+
+def test_unknown_model_is_na_with_one_warning(caplog):
+    pricing._warned.discard("mystery-model")
+    with caplog.at_level(logging.WARNING, logger="utils.llm.pricing"):
+        assert pricing.cost_usd("mystery-model", Usage(10, 0, 10)) is None
+        assert pricing.cost_usd("mystery-model", Usage(10, 0, 10)) is None
+    assert sum("mystery-model" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_invalid_table_is_a_config_error(tmp_path):
+    table = tmp_path / "pricing.yaml"
+    table.write_text("providers:\n  other: {image_tokens: 1, cache_min_tokens: 1}\n"
+                     "models:\n  m:\n    provider: nope\n    input: 1\n    cached_input: 1\n"
+                     "    output: 1\n    colour: red\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="colour"):
+        pricing.load_pricing(table)

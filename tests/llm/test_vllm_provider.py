@@ -1,0 +1,282 @@
+"""The opensource (vLLM) provider against a stub ``vllm`` with the real signatures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import vllm_stub
+from local_provider_helpers import (
+    ROOT,
+    load_by_path,
+    read_manifest,
+    read_records,
+    run_eval_cli,
+    turns_per_case,
+    write_marked_bundle,
+)
+
+from utils.errors import ConfigError, MissingDependencyError
+from utils.llm import create_model
+from utils.llm.base import Message, TurnRequest
+from utils.llm.vllm_provider import default_tensor_parallel_size, visible_gpu_count
+
+TEMPLATE = "{% for m in messages %}{{ m['role'] }}{% endfor %}"
+
+
+def _grey(conversation) -> int:
+    """Grey level of the first image of a conversation (identifies the case)."""
+    first = vllm_stub.image_parts(conversation)[0]
+    return vllm_stub.decode_data_url(first["image_url"]["url"]).getpixel((0, 0))[0]
+
+
+def _by_case(conversation):
+    return f"I see case {_grey(conversation)}.\nAnswer: 1", "stop"
+
+
+@pytest.fixture()
+def stub(monkeypatch):
+    """Install a stub vllm answering with the case's grey level; two visible GPUs."""
+    module = vllm_stub.make_vllm_module(_by_case)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    return module
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    folder = tmp_path / "local_model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "qwen3_vl"}', encoding="utf-8")
+    (folder / "chat_template.jinja").write_text(TEMPLATE, encoding="utf-8")
+    return folder
+
+
+def _request(text, images=(), request_id="r"):
+    return TurnRequest(messages=(Message("system", "sys"), Message("user", text, tuple(images))),
+                       request_id=request_id)
+
+
+def test_cli_run_one_chat_call_per_turn_index_mapped_to_the_right_case(stub, model_dir,
+                                                                       tmp_path):
+    bench = tmp_path / "bench"
+    marks = write_marked_bundle(bench)
+    out = tmp_path / "out"
+    rc = run_eval_cli(["--benchmark-dir", str(bench), "--output-path", str(out),
+                       "--provider", "opensource", "--model", "qwen3.6-27b",
+                       "--model-path", str(model_dir), "--no-thinking",
+                       "--oracle_setting", "none", "--no-progress"])
+    assert rc == 0
+    (engine,) = stub.LLM.instances
+    kwargs = engine.engine_kwargs
+    assert kwargs["model"] == str(model_dir)
+    assert kwargs["limit_mm_per_prompt"] == {"image": 7}
+    assert kwargs["enable_prefix_caching"] is True
+    assert kwargs["tensor_parallel_size"] == 2  # from CUDA_VISIBLE_DEVICES
+    assert kwargs["max_model_len"] == 65536
+
+    run_dir = out / "opensource_qwen3.6-27b_no_thinking" / "oracle_none"
+    records = read_records(run_dir)
+    planned = turns_per_case(bench)
+    assert Counter(r["key_id"] for r in records) == Counter(planned)
+    # one LLM.chat per turn index, holding every case that has that turn
+    per_index = Counter(r["turn_index"] for r in records)
+    assert [len(c.messages) for c in engine.calls] == [per_index[i] for i in sorted(per_index)]
+    for call in engine.calls:
+        sp = call.sampling_params
+        assert (sp.temperature, sp.top_p, sp.max_tokens, sp.seed) == (0.0, 1.0, 8192, 0)
+        assert call.kwargs == {"use_tqdm": False,
+                               "chat_template_kwargs": {"enable_thinking": False}}
+        for conversation in call.messages:
+            assert conversation[0] == {"role": "system", "content": conversation[0]["content"]}
+            assert conversation[-1]["role"] == "user"
+    # each answer went back to its own case
+    for rec in records:
+        assert rec["raw"].startswith(f"I see case {marks[rec['key_id']]}.")
+        assert rec["completion_status"] == "ok"
+        assert rec["usage"]["input_tokens"] > 0
+    # a revision-required dialogue carries all 7 images by its last turns
+    assert max(len(vllm_stub.image_parts(c)) for call in engine.calls
+               for c in call.messages) == 7
+
+    manifest = read_manifest(run_dir)
+    settings = manifest["provider_settings"]
+    assert settings["chat_template_sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    assert settings["config_sha256"] == hashlib.sha256(
+        (model_dir / "config.json").read_bytes()).hexdigest()
+    assert settings["limit_mm_per_prompt"] == {"image": 7}
+    assert settings["chat_template_kwargs"] == {"enable_thinking": False}
+    assert manifest["provider_runtime"]["tensor_parallel_size"] == 2
+    assert manifest["provider_runtime"]["model_path"] == str(model_dir)
+
+
+def test_messages_text_then_data_url_images(stub, model_dir, tmp_path):
+    image = tmp_path / "x.png"
+    vllm_stub.Image.new("RGB", (4, 4), (77, 77, 77)).save(image)
+    model = create_model("opensource", "medgemma", model_path=str(model_dir))
+    model.generate([_request("q?", [image, image])])
+    (conversation,) = stub.LLM.instances[0].calls[0].messages
+    assert conversation[0] == {"role": "system", "content": "sys"}
+    parts = conversation[1]["content"]
+    assert parts[0] == {"type": "text", "text": "q?"}
+    assert [p["type"] for p in parts[1:]] == ["image_url", "image_url"]
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert vllm_stub.decode_data_url(parts[1]["image_url"]["url"]).getpixel((0, 0)) == (77,) * 3
+    # medgemma gets the 7-image limit too (the release left it out: spec section 8, item 23)
+    assert stub.LLM.instances[0].engine_kwargs["limit_mm_per_prompt"] == {"image": 7}
+
+
+def test_length_is_truncated_and_usage_is_counted(monkeypatch, model_dir):
+    def respond(conversation):
+        text = conversation[-1]["content"]
+        return ("cut off mid-sent", "length") if "long" in text else ("Answer: 2", "stop")
+
+    module = vllm_stub.make_vllm_module(respond)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    model = create_model("opensource", "lingshu", model_path=str(model_dir), max_new_tokens=64)
+    short, long = model.generate([_request("short"), _request("long one")])
+    assert (short.status, short.finish_reason, short.text) == ("ok", "stop", "Answer: 2")
+    assert (long.status, long.finish_reason) == ("truncated", "length")
+    conversation = [{"role": "system", "content": "sys"}, {"role": "user", "content": "short"}]
+    assert short.usage.input_tokens == vllm_stub.prompt_length(conversation)
+    assert short.usage.cached_input_tokens == vllm_stub.prompt_length(conversation) // 2
+    assert short.usage.output_tokens == len("Answer: 2") // 4
+    assert module.LLM.instances[0].calls[0].sampling_params.max_tokens == 64
+
+
+def test_rejected_conversation_is_isolated_as_error(stub, model_dir, tmp_path):
+    image = tmp_path / "x.png"
+    vllm_stub.Image.new("RGB", (4, 4), (40, 40, 40)).save(image)
+    model = create_model("opensource", "huatuo", model_path=str(model_dir), max_model_len=50)
+    requests = [_request("ok", [image]), _request("x" * 400, [image]), _request("fine", [image])]
+    out = model.generate(requests)
+    assert [c.status for c in out] == ["ok", "error", "ok"]
+    assert "longer than the maximum model length" in out[1].error
+    assert out[0].text.startswith("I see case 40")
+
+
+def test_unreadable_image_is_an_error_completion(stub, model_dir, tmp_path):
+    model = create_model("opensource", "qwen3.5", model_path=str(model_dir))
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    good = tmp_path / "good.png"
+    vllm_stub.Image.new("RGB", (4, 4), (60, 60, 60)).save(good)
+    out = model.generate([_request("a", [bad]), _request("b", [good])])
+    assert out[0].status == "error" and "bad.png" in out[0].error
+    assert out[1].status == "ok"
+    assert len(stub.LLM.instances[0].calls) == 1
+
+
+@pytest.mark.parametrize(("env", "count"), [("0,1,2", 3), ("", 0), ("-1", 0), ("0,-1,2", 1),
+                                            ("GPU-abc,GPU-def", 2)])
+def test_visible_gpu_count_from_cuda_visible_devices(monkeypatch, env, count):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    assert visible_gpu_count() == count
+
+
+def test_tensor_parallel_size_rules(stub, monkeypatch, model_dir):
+    assert default_tensor_parallel_size(8, None) == 8
+    assert default_tensor_parallel_size(3, 4) == 2  # largest divisor of gpu_num 4 <= 3
+    assert default_tensor_parallel_size(8, 4) == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    glm = create_model("opensource", "glm-4v", model_path=str(model_dir))
+    assert glm.engine_kwargs["tensor_parallel_size"] == 2
+    assert glm.engine_kwargs["trust_remote_code"] is True
+    explicit = create_model("opensource", "glm-4v", model_path=str(model_dir),
+                            tensor_parallel_size=1)
+    assert explicit.engine_kwargs["tensor_parallel_size"] == 1
+    with pytest.raises(ConfigError, match="tensor-parallel-size 4"):
+        create_model("opensource", "glm-4v", model_path=str(model_dir), tensor_parallel_size=4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        create_model("opensource", "glm-4v", model_path=str(model_dir))
+
+
+def test_no_thinking_only_where_the_template_has_the_switch(stub, model_dir, caplog):
+    with caplog.at_level(logging.WARNING):
+        gemma = create_model("opensource", "gemma4", model_path=str(model_dir), no_thinking=True)
+    assert gemma.chat_template_kwargs is None
+    assert "no thinking switch" in caplog.text
+    qwen = create_model("opensource", "qwen3.5-moe", model_path=str(model_dir),
+                        no_thinking=True)
+    assert qwen.chat_template_kwargs == {"enable_thinking": False}
+    custom = create_model("opensource", str(model_dir), no_thinking=True)
+    assert custom.chat_template_kwargs == {"enable_thinking": False}
+    assert custom.engine_kwargs["model"] == str(model_dir)
+    assert "max_model_len" not in custom.engine_kwargs  # custom: the model's own context
+    assert qwen.describe()["chat_template_kwargs"] == {"enable_thinking": False}
+    plain = create_model("opensource", "qwen3.5-moe", model_path=str(model_dir))
+    assert plain.chat_template_kwargs is None
+
+
+def test_flags_reach_the_engine(stub, model_dir):
+    model = create_model("opensource", "internvl3.5", model_path=str(model_dir),
+                         gpu_memory_utilization=0.6, seed=7)
+    kwargs = model.engine_kwargs
+    assert kwargs["max_model_len"] == 40960
+    assert kwargs["gpu_memory_utilization"] == 0.6
+    assert kwargs["seed"] == 7
+    override = create_model("opensource", "internvl3.5", model_path=str(model_dir),
+                            max_model_len=8192)
+    assert override.engine_kwargs["max_model_len"] == 8192
+    assert override.describe()["max_model_len"] == 8192
+
+
+def test_missing_vllm_gives_the_install_line(monkeypatch, model_dir):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(MissingDependencyError, match=r"\.\[gpu\]"):
+        create_model("opensource", "medgemma1.5", model_path=str(model_dir))
+
+
+def test_models_vllm_cannot_run_are_refused(stub):
+    with pytest.raises(ConfigError, match="--provider transformers"):
+        create_model("opensource", "hulu-med")
+    with pytest.raises(ConfigError, match="--provider azure or openai"):
+        create_model("opensource", "gpt-5.4")
+
+
+def test_benchmark_fails_fast_without_vllm(monkeypatch, capsys):
+    bench = load_by_path("_bench_gpu", ROOT / "benchmarks" / "gpu_stage_batching.py")
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    assert bench.main(["--cases", "3"]) == 2
+    assert "vllm is not importable" in capsys.readouterr().err
+
+
+def test_benchmark_plumbing_with_the_stub(monkeypatch, tmp_path, capsys):
+    """The GPU benchmark end to end on the stub engine: call counts and output agreement."""
+    pytest.importorskip("transformers")
+    module = vllm_stub.make_vllm_module(_by_case)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    bench = load_by_path("_bench_gpu", ROOT / "benchmarks" / "gpu_stage_batching.py")
+    out = tmp_path / "result.json"
+    assert bench.main(["--cases", "6", "--sequential-cases", "4", "--skip-gpu-check",
+                       "--out", str(out), "--work-dir", str(tmp_path / "work")]) == 0
+    result = json.loads(out.read_text())
+    batched, sequential = result["batched"], result["sequential"]
+    assert batched["chat_calls"] == batched["generate_calls"]  # one LLM.chat per turn index
+    assert sequential["chat_calls"] == sequential["requests"]  # one per conversation
+    assert result["agreement"]["compared"] == sequential["requests"]
+    assert result["agreement"]["rate"] == 1.0
+    assert Path(tmp_path / "work" / "tiny_qwen2_vl" / "config.json").is_file()
+
+
+def test_gpu_check_script_fails_fast_without_a_gpu():
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    script = ROOT / "scripts" / "gpu_check.sh"
+    bad = subprocess.run(["bash", str(script), "--bogus"], capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode == 2 and "unknown flag '--bogus'" in bad.stderr
+    run = subprocess.run(["bash", str(script), "--cases", "3"], capture_output=True, text=True,
+                         check=False, timeout=60)
+    assert run.returncode == 2
+    assert "needs a machine with an NVIDIA GPU" in run.stderr

@@ -1,0 +1,175 @@
+"""A stand-in ``vllm`` module with the real call signatures (CPU tests of the opensource provider).
+
+``LLM`` takes the engine keyword arguments the provider uses (an unknown one is a TypeError, as
+with vLLM's ``EngineArgs``) and checks what vLLM checks before scheduling: the image count
+against ``limit_mm_per_prompt`` and the prompt length against ``max_model_len`` (ValueError for
+the whole call). ``LLM.chat`` keeps every call and answers each conversation with
+``responder(conversation) -> (text, finish_reason)``.
+
+Install with ``monkeypatch.setitem(sys.modules, "vllm", make_vllm_module(responder))``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+#: Fake tokens per image (the stub's "tokenizer" counts 4 characters per token).
+IMAGE_TOKENS = 16
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    """Subset of ``vllm.SamplingParams`` (keyword-only, like the msgspec struct)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] | None = None
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+
+
+@dataclass
+class CompletionOutput:
+    """``vllm.outputs.CompletionOutput``."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None = None
+    logprobs: Any = None
+    finish_reason: str | None = None
+    stop_reason: Any = None
+
+
+@dataclass
+class RequestOutput:
+    """``vllm.outputs.RequestOutput`` (the fields the provider reads)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+    num_cached_tokens: int = 0
+
+
+def decode_data_url(url: str) -> Image.Image:
+    """The PIL image inside a ``data:image/...;base64,`` URL (fails on anything else)."""
+    head, _, payload = url.partition(",")
+    if not (head.startswith("data:image/") and head.endswith(";base64")):
+        raise AssertionError(f"not a base64 image data URL: {head!r}")
+    return Image.open(io.BytesIO(base64.b64decode(payload))).convert("RGB")
+
+
+def image_parts(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every image part of a conversation, in order."""
+    return [p for m in conversation if isinstance(m["content"], list)
+            for p in m["content"] if p["type"] != "text"]
+
+
+def prompt_length(conversation: list[dict[str, Any]]) -> int:
+    """Fake prompt length: 1 token per 4 text characters plus :data:`IMAGE_TOKENS` per image."""
+    chars = 0
+    for message in conversation:
+        content = message["content"]
+        if isinstance(content, str):
+            chars += len(content)
+        else:
+            chars += sum(len(p["text"]) for p in content if p["type"] == "text")
+    return chars // 4 + IMAGE_TOKENS * len(image_parts(conversation))
+
+
+@dataclass
+class ChatCall:
+    """One ``LLM.chat`` call as received."""
+
+    messages: list[list[dict[str, Any]]]
+    sampling_params: Any
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class _Tokenizer:
+    chat_template = "{{ messages }} stub template"
+
+
+def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]] | None = None,
+                     ) -> types.ModuleType:
+    """A fresh ``vllm`` stand-in; ``module.LLM.instances`` lists the engines created."""
+    respond = responder or (lambda conversation: ("Answer: 1", "stop"))
+
+    class LLM:
+        instances: list[LLM] = []
+
+        def __init__(self, model: str, *, tokenizer: str | None = None,
+                     tensor_parallel_size: int = 1, dtype: str = "auto",
+                     trust_remote_code: bool = False, gpu_memory_utilization: float = 0.9,
+                     max_model_len: int | None = None,
+                     limit_mm_per_prompt: dict[str, int] | None = None,
+                     enable_prefix_caching: bool | None = None, seed: int | None = None,
+                     max_num_seqs: int | None = None, enforce_eager: bool = False,
+                     mm_processor_kwargs: dict[str, Any] | None = None,
+                     revision: str | None = None, disable_log_stats: bool = True) -> None:
+            self.engine_kwargs = {
+                "model": model, "tokenizer": tokenizer,
+                "tensor_parallel_size": tensor_parallel_size, "dtype": dtype,
+                "trust_remote_code": trust_remote_code,
+                "gpu_memory_utilization": gpu_memory_utilization,
+                "max_model_len": max_model_len, "limit_mm_per_prompt": limit_mm_per_prompt,
+                "enable_prefix_caching": enable_prefix_caching, "seed": seed,
+                "max_num_seqs": max_num_seqs, "enforce_eager": enforce_eager}
+            self.calls: list[ChatCall] = []
+            LLM.instances.append(self)
+
+        def get_tokenizer(self) -> _Tokenizer:
+            return _Tokenizer()
+
+        def chat(self, messages, sampling_params=None, use_tqdm=True, lora_request=None,
+                 chat_template=None, chat_template_content_format="auto",
+                 add_generation_prompt=True, continue_final_message=False, tools=None,
+                 chat_template_kwargs=None, mm_processor_kwargs=None):
+            conversations = messages if messages and isinstance(messages[0], list) \
+                else [messages]
+            limit = (self.engine_kwargs["limit_mm_per_prompt"] or {"image": 1})["image"]
+            for conversation in conversations:
+                n_images = len(image_parts(conversation))
+                if n_images > limit:
+                    raise ValueError(f"At most {limit} image(s) may be provided in one "
+                                     f"prompt, got {n_images}")
+                max_len = self.engine_kwargs["max_model_len"]
+                if max_len is not None and prompt_length(conversation) > max_len:
+                    raise ValueError(f"The decoder prompt (length "
+                                     f"{prompt_length(conversation)}) is longer than the "
+                                     f"maximum model length of {max_len}.")
+            self.calls.append(ChatCall(conversations, sampling_params,
+                                       {"use_tqdm": use_tqdm,
+                                        "chat_template_kwargs": chat_template_kwargs}))
+            outputs = []
+            for i, conversation in enumerate(conversations):
+                text, finish = respond(conversation)
+                n_prompt = prompt_length(conversation)
+                outputs.append(RequestOutput(
+                    request_id=str(i), prompt=None, prompt_token_ids=list(range(n_prompt)),
+                    outputs=[CompletionOutput(index=0, text=text,
+                                              token_ids=list(range(max(1, len(text) // 4))),
+                                              finish_reason=finish)],
+                    num_cached_tokens=n_prompt // 2))
+            return outputs
+
+        def reset_prefix_cache(self) -> bool:
+            return True
+
+    module = types.ModuleType("vllm")
+    module.__version__ = "0.0.0-stub"
+    module.LLM = LLM
+    module.SamplingParams = SamplingParams
+    return module

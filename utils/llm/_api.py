@@ -1,0 +1,186 @@
+"""Shared plumbing of the API providers (openai, azure, gemini): retries, latency, concurrency.
+
+A subclass supplies one synchronous and one asynchronous SDK call, a response converter and an
+error classifier; this base wraps them in :class:`~utils.llm.retry.Retrier`, times them and turns
+a request that failed for good into a recorded completion status (never an exception), while
+fatal errors (auth, bad request) raise :class:`~utils.errors.ProviderError`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from utils.llm import _images
+from utils.llm.base import ChatModel, Completion, TurnRequest
+from utils.llm.retry import Failure, RequestFailed, Retrier, RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+#: Default requests in flight (``--concurrency``).
+DEFAULT_CONCURRENCY = 16
+#: Default per-attempt HTTP timeout in seconds (``--request-timeout``).
+DEFAULT_TIMEOUT_S = 600.0
+#: Output-token budget per call (spec section 5.7: ``max_completion_tokens`` / ``max_output_tokens``
+#: 8192 in the release).
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
+#: Encoded images kept in memory; a case resends its earlier images every turn (spec 5.3).
+_IMAGE_CACHE_SIZE = 256
+
+
+class ImageCache:
+    """Small LRU of encoded image files (data URL or raw bytes + MIME type), keyed by path."""
+
+    def __init__(self, size: int = _IMAGE_CACHE_SIZE) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+
+    def get(self, path: Path, kind: str) -> Any:
+        """``kind`` ``data_url`` -> str; ``bytes`` -> (bytes, mime).
+
+        Raises:
+            ProviderError: If the file is missing or not an image (names the path).
+        """
+        key = (str(path), kind)
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        if kind == "data_url":
+            value: Any = _images.image_data_url(path)
+        else:
+            data = _images.read_image_bytes(path)
+            value = (data, _images.image_mime_type(data, path))
+        self._items[key] = value
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+
+class ApiChatModel(ChatModel):
+    """Base of the API providers.
+
+    Args:
+        model: Model id (pricing, reasoning detection, run folder name).
+        max_retries: Retries per request after the first attempt (``--max-retries``).
+        concurrency: Threads used by the synchronous :meth:`generate` (the async runner bounds
+            concurrency itself).
+        timeout_s: Per-attempt HTTP timeout in seconds.
+        retry_policy: Full policy; overrides ``max_retries`` when given (tests).
+    """
+
+    supports_async = True
+
+    def __init__(self, model: str, *, max_retries: int = 6,
+                 concurrency: int = DEFAULT_CONCURRENCY, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retry_policy: RetryPolicy | None = None) -> None:
+        super().__init__(model)
+        for name in ("httpx2", "httpx"):  # one INFO line per HTTP request otherwise
+            sdk_logger = logging.getLogger(name)
+            if sdk_logger.level == logging.NOTSET:
+                sdk_logger.setLevel(logging.WARNING)
+        self.concurrency = max(int(concurrency), 1)
+        self.timeout_s = float(timeout_s)
+        self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
+                               self._classify, self.provider)
+        self.images = ImageCache()
+
+    # -- subclass hooks -------------------------------------------------------------------
+    @abc.abstractmethod
+    def _call(self, request: TurnRequest) -> Any:
+        """One synchronous SDK call (no retry); returns the SDK response."""
+
+    @abc.abstractmethod
+    async def _acall(self, request: TurnRequest) -> Any:
+        """One asynchronous SDK call (no retry); returns the SDK response."""
+
+    @abc.abstractmethod
+    def _to_completion(self, response: Any) -> Completion:
+        """Convert an SDK response (status, text, usage, finish reason)."""
+
+    @abc.abstractmethod
+    def _classify(self, exc: BaseException) -> Failure | None:
+        """Classify an SDK exception; None for exceptions that are bugs (re-raised)."""
+
+    # -- shared behaviour -----------------------------------------------------------------
+    def _failed(self, exc: RequestFailed, started: float) -> Completion:
+        return Completion(text="", status=exc.failure.completion_status,
+                          error=str(exc), attempts=exc.attempts,
+                          latency_s=time.perf_counter() - started)
+
+    def _finish(self, response: Any, attempts: int, started: float) -> Completion:
+        completion = self._to_completion(response)
+        completion.attempts = attempts
+        completion.latency_s = time.perf_counter() - started
+        return completion
+
+    def generate_one(self, request: TurnRequest) -> Completion:
+        """Answer one request synchronously, with retries (latency includes backoff)."""
+        started = time.perf_counter()
+        try:
+            response, attempts = self.retrier.call(lambda: self._call(request),
+                                                   request_id=request.request_id)
+        except RequestFailed as exc:
+            return self._failed(exc, started)
+        return self._finish(response, attempts, started)
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        """Answer a batch with up to ``concurrency`` threads; one completion per request.
+
+        Raises:
+            ProviderError: On a fatal error (auth, bad request); the batch stops.
+        """
+        if len(requests) <= 1 or self.concurrency == 1:
+            return [self.generate_one(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)),
+                                thread_name_prefix=f"{self.provider}-call") as pool:
+            futures = [pool.submit(self.generate_one, r) for r in requests]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+
+    async def agenerate(self, request: TurnRequest) -> Completion:
+        """Answer one request on the running event loop, with retries.
+
+        Raises:
+            ProviderError: On a fatal error (auth, bad request).
+        """
+        started = time.perf_counter()
+        try:
+            response, attempts = await self.retrier.acall(lambda: self._acall(request),
+                                                          request_id=request.request_id)
+        except RequestFailed as exc:
+            return self._failed(exc, started)
+        return self._finish(response, attempts, started)
+
+
+class LoopBound:
+    """Holds an async SDK client for the event loop it was made in (``asyncio.run`` per run).
+
+    A client made in one loop cannot be used from another, so a new loop gets a new client;
+    :meth:`close` closes the current one.
+    """
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self, factory: Any) -> Any:
+        """The client of the running loop, made with ``factory()`` on first use."""
+        loop = asyncio.get_running_loop()
+        if self.client is None or self.loop is not loop:
+            self.client, self.loop = factory(), loop
+        return self.client
+
+    def take(self) -> Any:
+        """Forget and return the current client (None when none)."""
+        client, self.client, self.loop = self.client, None, None
+        return client

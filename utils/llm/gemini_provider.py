@@ -1,0 +1,334 @@
+"""Stage 03 provider ``gemini``: Gemini through ``google-genai`` (Developer API or Vertex AI).
+
+Credentials: ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` or ``gemini.api_key`` in api_keys.yaml for
+the Developer API; otherwise Vertex AI with ``gemini.project`` (or ``GOOGLE_CLOUD_PROJECT``),
+``gemini.location`` (default ``global``, the release's) and optionally
+``gemini.credentials_path`` (a service-account JSON, loaded directly; the process environment
+is not modified, unlike the release, spec section 5.1).
+
+Requests follow the release (spec section 5.7): ``system_instruction``, the whole history with
+every earlier image as inline bytes (spec section 5.3; image parts before the text, as Google's
+prompting guide recommends), ``max_output_tokens=8192``. Gemini 3 models get
+``ThinkingConfig(thinking_level=...)`` (default ``medium``, the release's) and temperature 1.0
+(the release's, and Google's recommendation for Gemini 3); ``no_thinking`` uses the lowest level
+(``minimal`` for Flash models, ``low`` for Pro). Gemini 2.5 models get ``thinking_budget=0``
+(Flash) or 128 (Pro) under ``no_thinking``; other models temperature 0. The SDK retries nothing
+by default, and no ``retry_options`` are passed: :mod:`utils.llm.retry` does the retries,
+honouring ``Retry-After`` and the ``RetryInfo.retryDelay`` of a 429 body.
+
+An HTTP 200 without candidates (prompt blocked) or with ``finish_reason`` SAFETY,
+PROHIBITED_CONTENT, BLOCKLIST, SPII, RECITATION or IMAGE_SAFETY becomes status ``refused``;
+MAX_TOKENS without text ``truncated``; any other empty answer ``error`` (harness_anchors.md
+section 3.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from utils.deps import require
+from utils.errors import ConfigError
+from utils.llm._api import DEFAULT_MAX_OUTPUT_TOKENS, ApiChatModel, LoopBound
+from utils.llm.base import Completion, TurnRequest, Usage
+from utils.llm.keys import ApiKeys, redact, resolve
+from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+
+logger = logging.getLogger(__name__)
+
+#: Thinking levels of Gemini 3 (``--reasoning-effort`` for this provider).
+THINKING_LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high")
+#: Default Gemini 3 thinking level (spec section 5.7).
+DEFAULT_THINKING_LEVEL = "medium"
+#: Default Vertex AI location (spec section 5.7).
+DEFAULT_LOCATION = "global"
+
+_BLOCKED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
+            "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"}
+_DURATION = re.compile(r"^\s*([0-9.]+)s\s*$")
+
+
+def _name(model: str) -> str:
+    return model.strip().lower().rsplit("/", 1)[-1]
+
+
+def is_gemini3(model: str) -> bool:
+    """Whether ``model`` is a Gemini 3.x model (thinking levels)."""
+    return _name(model).startswith("gemini-3")
+
+
+def _retry_delay_from_body(details: Any) -> float | None:
+    """``RetryInfo.retryDelay`` ("30s") from a google.rpc error body, in seconds."""
+    error = details.get("error", details) if isinstance(details, dict) else None
+    for item in (error or {}).get("details", []) if isinstance(error, dict) else []:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            match = _DURATION.match(str(item.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None
+
+
+class GeminiChatModel(ApiChatModel):
+    """``gemini``: generate_content with the full history each turn.
+
+    Args:
+        model: Gemini model id (e.g. ``gemini-3.1-pro-preview``).
+        api_keys: Path of ``api_keys.yaml`` (read only when the environment lacks the values).
+        vertex: Force Vertex AI (True) or the Developer API (False); None: Developer API when an
+            API key is found, else Vertex AI.
+        reasoning_effort: Gemini 3 ``thinking_level`` (one of :data:`THINKING_LEVELS`).
+        max_output_tokens: ``max_output_tokens`` per call.
+        temperature: None: 1.0 for Gemini 3, else 0.0.
+        seed: Sent with every call.
+        no_thinking: See the module docstring.
+        base_url: Override the API endpoint (tests, proxies).
+        max_retries, concurrency, timeout_s, retry_policy: See
+            :class:`~utils.llm._api.ApiChatModel`.
+        http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
+        env: Environment to read keys from (default ``os.environ``).
+        **options: Options of other providers, ignored.
+
+    Raises:
+        ConfigError: If neither an API key nor a Vertex project is configured (names
+            ``GEMINI_API_KEY``/``GOOGLE_API_KEY``, ``gemini.api_key`` and ``gemini.project``),
+            or ``reasoning_effort`` is not a thinking level.
+        MissingDependencyError: If ``google-genai`` is not installed.
+    """
+
+    provider = "gemini"
+
+    def __init__(self, model: str, *, api_keys: str | Path | None = None,
+                 vertex: bool | None = None, reasoning_effort: str | None = None,
+                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+                 temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
+                 base_url: str | None = None, max_retries: int = 6, concurrency: int = 16,
+                 timeout_s: float = 600.0, retry_policy: Any = None, http_client: Any = None,
+                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
+                 **options: Any) -> None:
+        super().__init__(model, max_retries=max_retries, concurrency=concurrency,
+                         timeout_s=timeout_s, retry_policy=retry_policy)
+        self._genai = require("google.genai", "gemini", "the gemini provider")
+        self._types = require("google.genai.types", "gemini", "the gemini provider")
+        self._errors = require("google.genai.errors", "gemini", "the gemini provider")
+        self._httpx2 = require("httpx2", "gemini", "the gemini provider")
+        env = os.environ if env is None else env
+        keys = ApiKeys(api_keys)
+        if reasoning_effort is not None and reasoning_effort not in THINKING_LEVELS:
+            raise ConfigError(f"--reasoning-effort for gemini must be one of {THINKING_LEVELS}, "
+                              f"got {reasoning_effort!r}")
+        self.thinking_level = reasoning_effort
+        self.no_thinking = bool(no_thinking)
+        self.max_output_tokens = int(max_output_tokens)
+        self.temperature = (temperature if temperature is not None
+                            else (1.0 if is_gemini3(model) else 0.0))
+        self.seed = int(seed)
+        self.base_url = base_url
+        self._http_client = http_client
+        self._async_http_client = async_http_client
+        self._api_key = None if vertex else resolve(
+            env, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), keys, "gemini", "api_key",
+            what="the gemini provider", required=False)
+        self.vertex = bool(vertex) if vertex is not None else self._api_key is None
+        self.project = self.location = self._credentials_path = None
+        if self.vertex:
+            self.project = resolve(env, ("GOOGLE_CLOUD_PROJECT",), keys, "gemini", "project",
+                                   what="the gemini provider", required=False)
+            if self.project is None:
+                raise ConfigError(
+                    "the gemini provider needs an API key (set GEMINI_API_KEY or GOOGLE_API_KEY, "
+                    f"or 'gemini.api_key' in {keys.path}) or a Vertex AI project (set "
+                    f"GOOGLE_CLOUD_PROJECT, or 'gemini.project' in {keys.path}; --api-keys)")
+            self.location = resolve(env, ("GOOGLE_CLOUD_LOCATION",), keys, "gemini", "location",
+                                    what="the gemini provider", required=False) \
+                or DEFAULT_LOCATION
+            self._credentials_path = resolve(env, (), keys, "gemini", "credentials_path",
+                                             what="the gemini provider", required=False)
+        self._client: Any = None
+        self._aclient = LoopBound()
+
+    # -- configuration --------------------------------------------------------------------
+    def _thinking_config(self) -> dict[str, Any] | None:
+        name = _name(self.model)
+        if is_gemini3(name):
+            level = self.thinking_level or (
+                ("minimal" if "flash" in name else "low") if self.no_thinking
+                else DEFAULT_THINKING_LEVEL)
+            return {"thinking_level": level}
+        if name.startswith("gemini-2.5") and self.no_thinking:
+            return {"thinking_budget": 0 if "flash" in name else 128}
+        return None
+
+    def config_params(self) -> dict[str, Any]:
+        """``GenerateContentConfig`` fields of every call (system instruction aside)."""
+        params: dict[str, Any] = {"max_output_tokens": self.max_output_tokens,
+                                  "temperature": self.temperature, "seed": self.seed}
+        thinking = self._thinking_config()
+        if thinking is not None:
+            params["thinking_config"] = thinking
+        return params
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest settings (backend, project/location, generation config; never the key)."""
+        return {**super().describe(), "backend": "vertex" if self.vertex else "developer",
+                "project": self.project, "location": self.location, "base_url": self.base_url,
+                "params": self.config_params()}
+
+    def _make_client(self) -> Any:
+        types = self._types
+        http: dict[str, Any] = {"timeout": int(self.timeout_s * 1000)}
+        if self.base_url:
+            http["base_url"] = self.base_url
+        if self._http_client is not None:
+            http["httpx_client"] = self._http_client
+        if self._async_http_client is not None:
+            http["httpx_async_client"] = self._async_http_client
+        options = types.HttpOptions(**http)
+        if not self.vertex:
+            return self._genai.Client(api_key=self._api_key, http_options=options)
+        credentials = None
+        if self._credentials_path:
+            service_account = require("google.oauth2.service_account", "gemini",
+                                      "Vertex AI service-account credentials")
+            try:
+                credentials = service_account.Credentials.from_service_account_file(
+                    self._credentials_path,
+                    scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"gemini.credentials_path {self._credentials_path}: cannot "
+                                  f"load the service-account JSON ({exc})") from None
+        return self._genai.Client(vertexai=True, project=self.project, location=self.location,
+                                  credentials=credentials, http_options=options)
+
+    def _client_sync(self) -> Any:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    # -- calls ----------------------------------------------------------------------------
+    def build_contents(self, request: TurnRequest) -> tuple[str | None, list[Any]]:
+        """``(system_instruction, contents)``: user/model turns, images as inline bytes.
+
+        Raises:
+            ProviderError: If an image file is missing or not an image.
+        """
+        types = self._types
+        system = None
+        contents = []
+        for message in request.messages:
+            if message.role == "system":
+                system = message.text if system is None else f"{system}\n\n{message.text}"
+                continue
+            parts = []
+            for path in message.images:
+                data, mime = self.images.get(Path(path), "bytes")
+                parts.append(types.Part.from_bytes(data=data, mime_type=mime))
+            parts.append(types.Part.from_text(text=message.text))
+            contents.append(types.Content(role="user" if message.role == "user" else "model",
+                                          parts=parts))
+        return system, contents
+
+    def _kwargs(self, request: TurnRequest) -> dict[str, Any]:
+        system, contents = self.build_contents(request)
+        config = self._types.GenerateContentConfig(system_instruction=system,
+                                                   **self.config_params())
+        return {"model": self.model, "contents": contents, "config": config}
+
+    def _call(self, request: TurnRequest) -> Any:
+        return self._client_sync().models.generate_content(**self._kwargs(request))
+
+    async def _acall(self, request: TurnRequest) -> Any:
+        client = self._aclient.get(self._make_client)
+        return await client.aio.models.generate_content(**self._kwargs(request))
+
+    def _to_completion(self, response: Any) -> Completion:
+        usage = _usage(getattr(response, "usage_metadata", None))
+        version = getattr(response, "model_version", None)
+        candidates = getattr(response, "candidates", None) or []
+        feedback = getattr(response, "prompt_feedback", None)
+        block = getattr(feedback, "block_reason", None) if feedback is not None else None
+        if not candidates:
+            reason = _enum_name(block) or "no candidates"
+            status = "refused" if block is not None else "error"
+            return Completion("", status=status, finish_reason=reason, usage=usage,
+                              error=None if status == "refused" else "response without candidates",
+                              response_model=version)
+        candidate = candidates[0]
+        finish = _enum_name(getattr(candidate, "finish_reason", None))
+        content = getattr(candidate, "content", None)
+        parts = (getattr(content, "parts", None) or []) if content is not None else []
+        text = "".join(p.text for p in parts if getattr(p, "text", None)
+                       and not getattr(p, "thought", False))
+        if finish in _BLOCKED:
+            return Completion(text, status="refused", finish_reason=finish, usage=usage,
+                              response_model=version)
+        if not text.strip():
+            if finish == "MAX_TOKENS":
+                return Completion("", status="truncated", finish_reason=finish, usage=usage,
+                                  response_model=version)
+            return Completion("", status="error", finish_reason=finish, usage=usage,
+                              error=f"empty response (finish_reason={finish})",
+                              response_model=version)
+        return Completion(text, status="ok", finish_reason=finish, usage=usage,
+                          response_model=version)
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        httpx2 = self._httpx2
+        if isinstance(exc, (httpx2.TimeoutException, asyncio.TimeoutError, TimeoutError)):
+            return Failure("retryable", f"timeout after {self.timeout_s:g} s")
+        if isinstance(exc, httpx2.TransportError):
+            return Failure("retryable", f"connection error: {type(exc).__name__}")
+        if not isinstance(exc, self._errors.APIError):
+            return None
+        code = int(getattr(exc, "code", 0) or 0)
+        message = redact(f"HTTP {code} {getattr(exc, 'status', '')}: "
+                         f"{getattr(exc, 'message', '')}", (self._api_key,))[:500]
+        if code in RETRYABLE_STATUS or code >= 500:
+            response = getattr(exc, "response", None)
+            retry_after = parse_retry_after(getattr(response, "headers", None))
+            if retry_after is None:
+                retry_after = _retry_delay_from_body(getattr(exc, "details", None))
+            return Failure("retryable", message, code, retry_after_s=retry_after)
+        if code == 400 and "token" in message.lower() and "exceed" in message.lower():
+            return Failure("request", message, code)  # this conversation is too long
+        if status_kind(code) == "fatal":
+            return Failure("fatal", message, code)
+        return Failure("request", message, code)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the event loop's async client."""
+        client = self._aclient.take()
+        if client is not None:
+            aclose = getattr(client.aio, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def close(self) -> None:
+        """Close the synchronous client."""
+        if self._client is not None:
+            close = getattr(self._client, "close", None)
+            if close is not None:
+                close()
+            self._client = None
+
+
+def _enum_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "name", value))
+
+
+def _usage(meta: Any) -> Usage:
+    """Gemini usage -> :class:`Usage`: output = candidates + thoughts (spec section 5.7)."""
+    if meta is None:
+        return Usage()
+    thoughts = int(getattr(meta, "thoughts_token_count", 0) or 0)
+    return Usage(input_tokens=int(getattr(meta, "prompt_token_count", 0) or 0),
+                 cached_input_tokens=int(getattr(meta, "cached_content_token_count", 0) or 0),
+                 output_tokens=int(getattr(meta, "candidates_token_count", 0) or 0) + thoughts,
+                 thinking_tokens=thoughts)

@@ -1,0 +1,387 @@
+"""Stage 03 providers ``openai`` and ``azure``: Chat Completions through the ``openai`` SDK.
+
+``openai`` talks to api.openai.com or, with ``base_url``, to any OpenAI-compatible server (vLLM
+``serve``, SGLang, Ollama). ``azure`` uses ``AzureOpenAI``; its ``deployment`` is separate from
+the model name (the model name drives pricing and parameter choice, the deployment the URL
+``{endpoint}/openai/deployments/{deployment}/chat/completions?api-version=...``).
+
+Requests follow the release (spec section 5.7): system message, then the whole history with
+every earlier image as a base64 data URL (spec section 5.3), ``max_completion_tokens=8192``. For
+reasoning models (``gpt-5*``, ``o1``/``o3``/``o4*``) we send ``max_completion_tokens`` and
+``reasoning_effort`` (default ``medium``, the release's) and never ``temperature`` (they reject
+non-default values); other models get ``max_tokens``, ``temperature=0`` and ``seed``.
+``no_thinking`` lowers ``reasoning_effort`` to the least the model family accepts
+(``none`` for gpt-5.1+, ``minimal`` for gpt-5, ``low`` for o-series) and, for other models on an
+OpenAI-compatible server, sends ``chat_template_kwargs.enable_thinking=false`` (vLLM/SGLang).
+
+The SDK's own retries are off (``max_retries=0``); :mod:`utils.llm.retry` does them. An empty
+answer, a refusal or a content filter becomes a recorded status, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from utils.deps import require
+from utils.errors import ConfigError
+from utils.llm._api import DEFAULT_MAX_OUTPUT_TOKENS, ApiChatModel, LoopBound
+from utils.llm.base import Completion, TurnRequest, Usage
+from utils.llm.keys import ApiKeys, redact, resolve
+from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+
+logger = logging.getLogger(__name__)
+
+#: ``reasoning_effort`` values the SDK accepts (components.md section 6a).
+REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
+#: Default effort of reasoning models (spec section 5.7: the release sends ``medium``).
+DEFAULT_REASONING_EFFORT = "medium"
+#: Azure API version when neither the environment nor api_keys.yaml gives one (supports
+#: ``reasoning_effort`` and ``max_completion_tokens``; components.md section 6a).
+DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
+#: Key used for a keyless OpenAI-compatible server (vLLM/SGLang/Ollama ignore it).
+LOCAL_SERVER_KEY = "EMPTY"
+#: Requests in flight per async HTTP client (see ``_make_async_clients``).
+CONNECTIONS_PER_CLIENT = 4
+
+_REASONING = re.compile(r"^(gpt-5|o\d)")
+_GPT5_NONE = re.compile(r"^gpt-5\.\d")
+_CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
+_FILTER_CODES = ("content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` is an OpenAI reasoning model (``gpt-5*``, ``o1``, ``o3``, ``o4-mini``)."""
+    return bool(_REASONING.match(model.strip().lower().rsplit("/", 1)[-1]))
+
+
+def no_thinking_effort(model: str) -> str:
+    """The lowest ``reasoning_effort`` the model family accepts (``--no-thinking``)."""
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    if _GPT5_NONE.match(name):
+        return "none"
+    return "minimal" if name.startswith("gpt-5") else "low"
+
+
+def build_messages(request: TurnRequest, images: Any, image_detail: str | None = None
+                   ) -> list[dict[str, Any]]:
+    """OpenAI chat messages: text first, then each image as a base64 data URL part.
+
+    Args:
+        request: The turn request (system, history, current user turn).
+        images: An :class:`~utils.llm._api.ImageCache`.
+        image_detail: ``low``/``high``/``auto`` or None (not sent).
+
+    Returns:
+        The ``messages`` list of ``chat.completions.create``.
+
+    Raises:
+        ProviderError: If an image file is missing or not an image.
+    """
+    out: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.images:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
+            for path in message.images:
+                image_url: dict[str, Any] = {"url": images.get(Path(path), "data_url")}
+                if image_detail:
+                    image_url["detail"] = image_detail
+                parts.append({"type": "image_url", "image_url": image_url})
+            out.append({"role": message.role, "content": parts})
+        else:
+            out.append({"role": message.role, "content": message.text})
+    return out
+
+
+class OpenAIChatModel(ApiChatModel):
+    """``openai``: OpenAI or any OpenAI-compatible server.
+
+    Args:
+        model: Model id sent to the API (also used for pricing).
+        base_url: OpenAI-compatible server (``http://host:8000/v1``); None for api.openai.com.
+            With a base URL the key is optional (``EMPTY`` is sent when none is set).
+        api_keys: Path of ``api_keys.yaml`` (read only when the environment lacks the key).
+        reasoning_effort: Effort for reasoning models; None: ``medium`` (or the
+            ``no_thinking`` value).
+        max_output_tokens: ``max_completion_tokens`` / ``max_tokens`` per call.
+        temperature: Non-reasoning models only (default 0.0); never sent to reasoning models.
+        seed: Sent to non-reasoning models.
+        no_thinking: See the module docstring.
+        image_detail: Optional ``detail`` of image parts (``low``/``high``/``auto``).
+        max_retries, concurrency, timeout_s, retry_policy: See
+            :class:`~utils.llm._api.ApiChatModel`.
+        http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
+        env: Environment to read keys from (default ``os.environ``).
+        **options: Options of other providers, ignored.
+
+    Raises:
+        ConfigError: If no API key is found (names ``OPENAI_API_KEY`` and ``openai.api_key``)
+            or ``reasoning_effort`` is invalid.
+        MissingDependencyError: If ``openai`` is not installed.
+    """
+
+    provider = "openai"
+    _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
+    _section = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None,
+                 api_keys: str | Path | None = None, reasoning_effort: str | None = None,
+                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+                 temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
+                 image_detail: str | None = None, max_retries: int = 6, concurrency: int = 16,
+                 timeout_s: float = 600.0, retry_policy: Any = None, http_client: Any = None,
+                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
+                 **options: Any) -> None:
+        super().__init__(model, max_retries=max_retries, concurrency=concurrency,
+                         timeout_s=timeout_s, retry_policy=retry_policy)
+        self._openai = require("openai", "openai", f"the {self.provider} provider")
+        self._raw_response_type = require("httpx2", "openai",
+                                          f"the {self.provider} provider").Response
+        self._env = os.environ if env is None else env
+        self._keys = ApiKeys(api_keys)
+        self.base_url = base_url
+        self.reasoning = is_reasoning_model(model)
+        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
+            raise ConfigError(f"--reasoning-effort must be one of {REASONING_EFFORTS}, "
+                              f"got {reasoning_effort!r}")
+        self.reasoning_effort = reasoning_effort or (
+            no_thinking_effort(model) if no_thinking else DEFAULT_REASONING_EFFORT)
+        self.no_thinking = bool(no_thinking)
+        self.max_output_tokens = int(max_output_tokens)
+        self.temperature = 0.0 if temperature is None else float(temperature)
+        self.seed = int(seed)
+        self.image_detail = image_detail
+        self._http_client = http_client
+        self._async_http_client = async_http_client
+        self._api_key = self._resolve_key()
+        self._client: Any = None
+        self._aclient = LoopBound()
+        self._next_client = 0
+
+    # -- configuration --------------------------------------------------------------------
+    def _resolve_key(self) -> str:
+        key = resolve(self._env, self._env_keys, self._keys, self._section, "api_key",
+                      what=f"the {self.provider} provider", required=self.base_url is None)
+        return key or LOCAL_SERVER_KEY
+
+    @property
+    def api_model(self) -> str:
+        """The ``model`` field sent (the deployment name for Azure)."""
+        return self.model
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0,
+                                  "timeout": self.timeout_s}
+        if self.base_url:
+            kwargs["base_url"] = self.base_url
+        return kwargs
+
+    def _make_client(self, asynchronous: bool) -> Any:
+        cls = self._openai.AsyncOpenAI if asynchronous else self._openai.OpenAI
+        http = self._async_http_client if asynchronous else self._http_client
+        kwargs = self._client_kwargs()
+        if http is not None:
+            kwargs["http_client"] = http
+        return cls(**kwargs)
+
+    def request_params(self) -> dict[str, Any]:
+        """Generation parameters of every call (recorded in the manifest via :meth:`describe`)."""
+        if self.reasoning:
+            return {"max_completion_tokens": self.max_output_tokens,
+                    "reasoning_effort": self.reasoning_effort}
+        params: dict[str, Any] = {"max_tokens": self.max_output_tokens,
+                                  "temperature": self.temperature, "seed": self.seed}
+        if self.no_thinking:
+            params["chat_template_kwargs"] = {"enable_thinking": False}
+        return params
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest settings (no key; retries, timeout and concurrency do not change answers)."""
+        return {**super().describe(), "api_model": self.api_model, "base_url": self.base_url,
+                "params": self.request_params(), "image_detail": self.image_detail}
+
+    # -- calls ----------------------------------------------------------------------------
+    def _body(self, request: TurnRequest) -> dict[str, Any]:
+        return {"model": self.api_model,
+                "messages": build_messages(request, self.images, self.image_detail),
+                **self.request_params()}
+
+    # The body is already plain JSON, so it is POSTed with the SDK's documented custom-request
+    # method (``client.post(path, cast_to=httpx2.Response, body=...)``) rather than
+    # ``chat.completions.create``, whose per-call TypedDict transform walks every message part
+    # (about 24 ms of CPU per 9-turn request with images) and whose pydantic response model
+    # costs another ~0.5 ms; measured with benchmarks/bench_api_throughput.py. Auth, base URL,
+    # Azure deployment routing, timeouts and the mapping of HTTP errors to
+    # ``openai.APIStatusError`` subclasses are the SDK's, unchanged; the JSON is read here.
+    def _call(self, request: TurnRequest) -> Any:
+        if self._client is None:
+            self._client = self._make_client(asynchronous=False)
+        return self._client.post("/chat/completions", cast_to=self._raw_response_type,
+                                 body=self._body(request)).json()
+
+    async def _acall(self, request: TurnRequest) -> Any:
+        clients = self._aclient.get(self._make_async_clients)
+        self._next_client = (self._next_client + 1) % len(clients)
+        response = await clients[self._next_client].post(
+            "/chat/completions", cast_to=self._raw_response_type, body=self._body(request))
+        return response.json()
+
+    def _make_async_clients(self) -> list[Any]:
+        """One async client per :data:`CONNECTIONS_PER_CLIENT` requests in flight.
+
+        httpcore's connection pool scans every pooled connection (a socket poll each) on every
+        request, so one pool of 64 connections cost about 1 ms of CPU per request; several
+        small pools used round-robin keep that cost flat (benchmarks/bench_api_throughput.py).
+        A client given by the caller (tests) is used alone.
+        """
+        if self._async_http_client is not None:
+            return [self._make_client(asynchronous=True)]
+        count = max(1, -(-self.concurrency // CONNECTIONS_PER_CLIENT))
+        return [self._make_client(asynchronous=True) for _ in range(count)]
+
+    def _to_completion(self, response: Any) -> Completion:
+        if not isinstance(response, dict):
+            return Completion("", status="error", error="response is not a JSON object")
+        usage = _usage(response.get("usage"))
+        model = response.get("model")
+        choices = response.get("choices") or []
+        if not choices:
+            return Completion("", status="error", error="response without choices", usage=usage,
+                              response_model=model)
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        finish = choice.get("finish_reason")
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        if not isinstance(text, str):  # content parts (some compatible servers)
+            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+        refusal = message.get("refusal")
+        if refusal:
+            return Completion(str(refusal), status="refused", finish_reason=finish or "refusal",
+                              usage=usage, response_model=model)
+        if finish == "content_filter":
+            return Completion(text, status="refused", finish_reason=finish, usage=usage,
+                              response_model=model)
+        if not text.strip():
+            if finish == "length":
+                return Completion("", status="truncated", finish_reason=finish, usage=usage,
+                                  response_model=model)
+            return Completion("", status="error", finish_reason=finish, usage=usage,
+                              error=f"empty response (finish_reason={finish})",
+                              response_model=model)
+        return Completion(text, status="ok", finish_reason=finish, usage=usage,
+                          response_model=model)
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        openai = self._openai
+        secrets = (self._api_key,)
+        if isinstance(exc, openai.APITimeoutError):
+            return Failure("retryable", f"timeout after {self.timeout_s:g} s")
+        if isinstance(exc, openai.APIConnectionError):
+            return Failure("retryable", redact(f"connection error: {exc}", secrets))
+        if isinstance(exc, json.JSONDecodeError):
+            return Failure("retryable", f"response is not JSON ({exc.msg})")
+        if not isinstance(exc, openai.APIStatusError):
+            return None
+        code = exc.status_code
+        err_code = str(getattr(exc, "code", None) or "")
+        message = redact(f"HTTP {code}: {getattr(exc, 'message', exc)}", secrets)[:500]
+        if code == 400 and err_code in _CONTEXT_CODES:
+            return Failure("request", message, code)
+        if code == 400 and err_code in _FILTER_CODES:
+            return Failure("request", message, code, completion_status="refused")
+        if code in RETRYABLE_STATUS or code >= 500:
+            return Failure("retryable", message, code,
+                           retry_after_s=parse_retry_after(exc.response.headers))
+        if status_kind(code) == "fatal":
+            return Failure("fatal", message, code)
+        return Failure("request", message, code)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the event loop's async clients."""
+        for client in self._aclient.take() or []:
+            await client.close()
+
+    def close(self) -> None:
+        """Close the synchronous client."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _usage(usage: Any) -> Usage:
+    """OpenAI usage JSON -> :class:`Usage` (reasoning tokens are part of ``completion_tokens``)."""
+    if not isinstance(usage, dict):
+        return Usage()
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return Usage(input_tokens=int(usage.get("prompt_tokens") or 0),
+                 cached_input_tokens=int(prompt_details.get("cached_tokens") or 0),
+                 output_tokens=int(usage.get("completion_tokens") or 0),
+                 thinking_tokens=int(completion_details.get("reasoning_tokens") or 0))
+
+
+class AzureOpenAIChatModel(OpenAIChatModel):
+    """``azure``: Azure OpenAI; ``deployment`` (default: the model name) names the URL.
+
+    Args:
+        model: The model name behind the deployment (pricing, reasoning detection).
+        deployment: Azure deployment name (``--deployment``); None uses ``model``.
+        api_keys: ``api_keys.yaml`` path; ``azure.api_key``, ``azure.endpoint`` and
+            ``azure.api_version`` are read from it unless ``AZURE_OPENAI_API_KEY``,
+            ``AZURE_OPENAI_ENDPOINT`` and ``OPENAI_API_VERSION`` are set.
+        base_url: Overrides the endpoint (e.g. a loopback server in tests).
+        **kwargs: As :class:`OpenAIChatModel`.
+
+    Raises:
+        ConfigError: If the key or the endpoint is missing (names the variable and YAML key).
+    """
+
+    provider = "azure"
+    _env_keys = ("AZURE_OPENAI_API_KEY",)
+    _section = "azure"
+
+    def __init__(self, model: str, *, deployment: str | None = None,
+                 base_url: str | None = None, **kwargs: Any) -> None:
+        self.deployment = deployment or model
+        self._endpoint_override = base_url
+        super().__init__(model, base_url=None, **kwargs)
+        self.endpoint = base_url or resolve(
+            self._env, ("AZURE_OPENAI_ENDPOINT",), self._keys, "azure", "endpoint",
+            what="the azure provider")
+        self.api_version = resolve(
+            self._env, ("OPENAI_API_VERSION", "AZURE_OPENAI_API_VERSION"), self._keys, "azure",
+            "api_version", what="the azure provider", required=False) or \
+            DEFAULT_AZURE_API_VERSION
+
+    def _resolve_key(self) -> str:
+        key = resolve(self._env, self._env_keys, self._keys, self._section, "api_key",
+                      what="the azure provider")
+        return str(key)
+
+    @property
+    def api_model(self) -> str:
+        """The deployment name (Azure routes by deployment)."""
+        return self.deployment
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {"api_key": self._api_key, "azure_endpoint": self.endpoint,
+                "api_version": self.api_version, "max_retries": 0, "timeout": self.timeout_s}
+
+    def _make_client(self, asynchronous: bool) -> Any:
+        cls = self._openai.AsyncAzureOpenAI if asynchronous else self._openai.AzureOpenAI
+        http = self._async_http_client if asynchronous else self._http_client
+        kwargs = self._client_kwargs()
+        if http is not None:
+            kwargs["http_client"] = http
+        return cls(**kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest settings: deployment, endpoint and api-version included (no key)."""
+        return {**super().describe(), "deployment": self.deployment,
+                "endpoint": self.endpoint, "api_version": self.api_version}

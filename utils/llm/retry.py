@@ -1,0 +1,311 @@
+"""Bounded retries for API providers: exponential backoff with full jitter, ``Retry-After`` first.
+
+The SDKs' own retries are switched off (``max_retries=0`` for openai; no ``retry_options`` for
+google-genai), so every attempt goes through here and is counted (harness_anchors.md section
+3.2). A provider maps each exception to a :class:`Failure`:
+
+- ``retryable`` (429, 408, 409, 5xx, timeouts, connection errors): wait, then try again, at most
+  ``max_retries`` times; the wait is ``max(Retry-After, U(0, min(max_delay, base * 2**k)))``
+  ("full jitter"), so a server's ``Retry-After`` / ``retry-after-ms`` is never undercut;
+- ``fatal`` (401/403 auth, 400/404/422 bad request): raise :class:`~utils.errors.ProviderError`
+  at once; every other request of the run would fail the same way, so the run stops;
+- ``request`` (this request alone can never succeed: context too long, content filter): no
+  retry, the turn is recorded with a status (``error`` / ``refused``).
+
+A request sleeping in backoff is not in flight: when the async runner has bound the task to an
+:class:`InFlightSlot` (:data:`CURRENT_SLOT`), the slot is handed back for the sleep and taken
+again before the next attempt, so other cases use the connection meanwhile.
+
+When the retries run out, :class:`RequestFailed` carries the last failure and the attempt count;
+providers turn it into a ``status="error"`` completion (the turn is scored wrong, the run goes
+on, and ``--rerun``/resume never re-asks a recorded turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import email.utils
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+import numpy as np
+
+from utils.errors import ProviderError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FailureKind = Literal["retryable", "fatal", "request"]
+
+#: HTTP statuses retried (harness_anchors.md section 3.2; the openai SDK's own list).
+RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 529})
+#: HTTP statuses that stop the run: credentials or a request every case would repeat.
+FATAL_STATUS: frozenset[int] = frozenset({400, 401, 403, 404, 422})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry.
+
+    Attributes:
+        max_retries: Retries after the first attempt (``--max-retries``, default 6, as the
+            release's Gemini back-off, spec section 5.7); 0 disables retrying.
+        base_delay_s: Backoff base in seconds (harness_anchors.md section 3.2: 1 s).
+        max_delay_s: Cap of the jittered backoff in seconds (harness_anchors.md: 60 s).
+        max_retry_after_s: Longest server ``Retry-After`` honoured in seconds; a longer one is
+            cut to this (logged), so one bad header cannot stall a run for hours.
+    """
+
+    max_retries: int = 6
+    base_delay_s: float = 1.0
+    max_delay_s: float = 60.0
+    max_retry_after_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt, classified by the provider.
+
+    Attributes:
+        kind: ``retryable``, ``fatal`` or ``request`` (see the module docstring).
+        message: Short text for the record and the log (secrets already removed).
+        status_code: HTTP status, or None for connection errors and timeouts.
+        retry_after_s: The server's ``Retry-After`` in seconds, or None.
+        completion_status: Status recorded for a ``request`` failure or exhausted retries
+            (``error`` or ``refused``).
+    """
+
+    kind: FailureKind
+    message: str
+    status_code: int | None = None
+    retry_after_s: float | None = None
+    completion_status: str = "error"
+
+
+class RequestFailed(Exception):  # noqa: N818 - it is a control-flow result, not a bug
+    """The request failed for good; the turn gets ``failure.completion_status``.
+
+    Attributes:
+        failure: The last failure.
+        attempts: Attempts made (1 + retries).
+        exhausted: True when retries ran out (versus a ``request`` failure).
+    """
+
+    def __init__(self, failure: Failure, attempts: int, exhausted: bool) -> None:
+        why = f"after {attempts} attempt(s)" if exhausted else "not retryable"
+        super().__init__(f"{failure.message} ({why})")
+        self.failure = failure
+        self.attempts = attempts
+        self.exhausted = exhausted
+
+
+@dataclass
+class RetryStats:
+    """Counters kept by a provider (read by the runner's heartbeat and the benchmark).
+
+    Attributes:
+        attempts: Every attempt made.
+        retries: Attempts after a retryable failure.
+        by_status: Retryable failures by HTTP status (``None`` key for timeouts/connection).
+        waited_s: Total backoff sleep in seconds.
+    """
+
+    attempts: int = 0
+    retries: int = 0
+    by_status: dict[int | None, int] = field(default_factory=dict)
+    waited_s: float = 0.0
+
+
+class InFlightSlot:
+    """One task's claim on the shared semaphore that bounds requests in flight.
+
+    Args:
+        semaphore: The run's ``asyncio.Semaphore(concurrency)``.
+
+    Attributes:
+        held: Whether this task holds a permit now.
+    """
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self.held = False
+
+    async def acquire(self) -> None:
+        """Wait for a permit."""
+        await self._semaphore.acquire()
+        self.held = True
+
+    def release(self) -> None:
+        """Give the permit back (no-op when not held, e.g. after a cancelled re-acquire)."""
+        if self.held:
+            self.held = False
+            self._semaphore.release()
+
+
+#: The in-flight slot of the running task (set by the async runner; None elsewhere).
+CURRENT_SLOT: contextvars.ContextVar[InFlightSlot | None] = contextvars.ContextVar(
+    "chexpercept_in_flight_slot", default=None)
+
+
+async def backoff_sleep(delay_s: float) -> None:
+    """Sleep ``delay_s`` seconds, handing the task's in-flight slot back meanwhile."""
+    slot = CURRENT_SLOT.get()
+    if slot is None or not slot.held:
+        await asyncio.sleep(delay_s)
+        return
+    slot.release()
+    await asyncio.sleep(delay_s)
+    await slot.acquire()
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None
+                      ) -> float | None:
+    """The server's requested wait in seconds, from ``retry-after-ms`` or ``Retry-After``.
+
+    Args:
+        headers: Response headers (case-insensitive mapping such as ``httpx2.Headers``, or a
+            plain dict with lowercase keys).
+        now: Current epoch seconds for an HTTP-date ``Retry-After`` (default: ``time.time()``).
+
+    Returns:
+        Seconds >= 0, or None when neither header is present and valid.
+    """
+    if not headers:
+        return None
+    getter = headers.get
+    ms = getter("retry-after-ms") or getter("Retry-After-Ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = getter("retry-after") or getter("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def status_kind(status_code: int) -> FailureKind:
+    """Kind of an HTTP error status: fatal for 400/401/403/404/422, else retryable."""
+    return "fatal" if status_code in FATAL_STATUS else "retryable"
+
+
+def backoff_delay(policy: RetryPolicy, retry_index: int, retry_after_s: float | None,
+                  rng: np.random.Generator) -> float:
+    """Seconds to wait before retry number ``retry_index`` (0-based).
+
+    Full jitter: ``U(0, min(max_delay_s, base_delay_s * 2**retry_index))``; a server
+    ``Retry-After`` (capped at ``max_retry_after_s``) is a lower bound.
+
+    Args:
+        policy: The retry policy.
+        retry_index: 0 for the first retry.
+        retry_after_s: The server's requested wait, or None.
+        rng: Jitter source (timing only; never affects any output).
+
+    Returns:
+        The delay in seconds (>= 0).
+    """
+    ceiling = min(policy.max_delay_s, policy.base_delay_s * (2.0 ** retry_index))
+    delay = float(rng.uniform(0.0, ceiling)) if ceiling > 0 else 0.0
+    if retry_after_s is not None:
+        if retry_after_s > policy.max_retry_after_s:
+            logger.warning("server asked to wait %.0f s; waiting %.0f s (max_retry_after_s)",
+                           retry_after_s, policy.max_retry_after_s)
+        delay = max(delay, min(retry_after_s, policy.max_retry_after_s))
+    return delay
+
+
+class Retrier:
+    """Runs calls under a :class:`RetryPolicy` with a provider's error classifier.
+
+    Args:
+        policy: Limits.
+        classify: Maps an exception raised by the call to a :class:`Failure`; exceptions it
+            returns None for are re-raised unchanged (bugs stay visible).
+        provider: Name used in messages (``openai``, ``gemini``, ...).
+        rng: Jitter source; default: a fresh, OS-seeded numpy Generator (timing only, so
+            parallel processes do not retry in lock-step).
+    """
+
+    def __init__(self, policy: RetryPolicy, classify: Callable[[BaseException], Failure | None],
+                 provider: str, rng: np.random.Generator | None = None) -> None:
+        self.policy = policy
+        self.classify = classify
+        self.provider = provider
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.stats = RetryStats()
+
+    def _on_failure(self, exc: BaseException, attempt: int, request_id: str) -> float:
+        """Classify; raise for fatal/request/exhausted, else return the delay to sleep."""
+        failure = self.classify(exc)
+        if failure is None:
+            raise exc
+        if failure.kind == "fatal":
+            raise ProviderError(
+                f"{self.provider}: request {request_id or '?'} failed with "
+                f"{failure.status_code or 'an error'}: {failure.message}. This is not "
+                f"retried: check the API key, model/deployment name and base URL; the run "
+                f"stopped (recorded turns are kept; re-run to resume).") from None
+        if failure.kind == "request":
+            raise RequestFailed(failure, attempt, exhausted=False) from None
+        self.stats.by_status[failure.status_code] = \
+            self.stats.by_status.get(failure.status_code, 0) + 1
+        if attempt > self.policy.max_retries:
+            logger.warning("%s: %s failed after %d attempt(s): %s", self.provider,
+                           request_id or "request", attempt, failure.message)
+            raise RequestFailed(failure, attempt, exhausted=True) from None
+        delay = backoff_delay(self.policy, attempt - 1, failure.retry_after_s, self.rng)
+        logger.debug("%s: %s attempt %d failed (%s); retrying in %.2f s", self.provider,
+                     request_id, attempt, failure.message, delay)
+        self.stats.retries += 1
+        self.stats.waited_s += delay
+        return delay
+
+    def call(self, fn: Callable[[], T], *, request_id: str = "",
+             sleep: Callable[[float], None] = time.sleep) -> tuple[T, int]:
+        """Call ``fn()`` until it succeeds.
+
+        Returns:
+            ``(result, attempts)``.
+
+        Raises:
+            ProviderError: On a fatal failure.
+            RequestFailed: On a ``request`` failure or when the retries run out.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            self.stats.attempts += 1
+            try:
+                return fn(), attempt
+            except Exception as exc:  # noqa: BLE001 - classified, unknown ones re-raised
+                delay = self._on_failure(exc, attempt, request_id)
+            sleep(delay)
+
+    async def acall(self, fn: Callable[[], Awaitable[T]], *, request_id: str = "",
+                    sleep: Callable[[float], Awaitable[None]] = backoff_sleep
+                    ) -> tuple[T, int]:
+        """Async :meth:`call`: awaits ``fn()``; backoff sleeps free the in-flight slot."""
+        attempt = 0
+        while True:
+            attempt += 1
+            self.stats.attempts += 1
+            try:
+                return await fn(), attempt
+            except Exception as exc:  # noqa: BLE001 - classified, unknown ones re-raised
+                delay = self._on_failure(exc, attempt, request_id)
+            await sleep(delay)

@@ -1,0 +1,296 @@
+"""Stage 03 provider ``opensource``: open-weight VLMs through vLLM's offline engine (GPU only).
+
+One :meth:`VLLMChatModel.generate` call is one ``LLM.chat`` call holding every request of the
+batch (the runner sends one batch per turn index with every active case), so vLLM schedules all
+cases together and its prefix cache reuses the shared history (harness_anchors.md section 3.5).
+Engine settings follow original_release_spec.md section 5.7: greedy ``SamplingParams``
+(temperature 0, top_p 1, max_tokens 8192), tensor parallel size = number of visible GPUs, images
+as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model (defect 23 fixed),
+``enable_thinking=False`` passed to the chat template with ``--no-thinking``.
+
+``vllm`` is imported when the model is created, never at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from utils.deps import require
+from utils.errors import ChexperceptError, ConfigError, ProviderError
+from utils.llm._images import image_data_url
+from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
+from utils.llm.models import (
+    DEFAULT_MAX_TOKENS,
+    ModelSpec,
+    chat_template_sha256,
+    model_fingerprint,
+    resolve_model,
+)
+
+logger = logging.getLogger(__name__)
+
+#: ``gpu_memory_utilization`` when neither the flag nor the model sets it (spec section 5.7).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
+
+
+def openai_style_messages(request: TurnRequest) -> list[dict[str, Any]]:
+    """The request as OpenAI-style chat messages, images as base64 data URLs.
+
+    A user message with images becomes ``[{"type": "text"}, {"type": "image_url"}, ...]``
+    (text first, then the images in order, spec section 5.7); other messages keep string
+    content.
+
+    Args:
+        request: The turn request (system, user/assistant history, final user turn).
+
+    Returns:
+        The messages, in order.
+
+    Raises:
+        ProviderError: If an image cannot be read (names the file).
+    """
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.images:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
+            parts += [{"type": "image_url", "image_url": {"url": image_data_url(path)}}
+                      for path in message.images]
+            messages.append({"role": message.role, "content": parts})
+        else:
+            messages.append({"role": message.role, "content": message.text})
+    return messages
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else ``torch.cuda``.
+
+    CUDA stops at the first negative id in ``CUDA_VISIBLE_DEVICES`` (``-1`` hides every GPU), so
+    ids are counted up to it.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        count = 0
+        for device in (d.strip() for d in env.split(",")):
+            if not device or device.startswith("-"):
+                break
+            count += 1
+        return count
+    torch = require("torch", "gpu", "counting GPUs for the opensource provider")
+    return int(torch.cuda.device_count())
+
+
+def default_tensor_parallel_size(visible: int, gpu_num: int | None) -> int:
+    """Tensor parallel size for ``visible`` GPUs (spec section 5.7).
+
+    Args:
+        visible: Number of visible GPUs (>= 1).
+        gpu_num: The model's cap (``ModelSpec.gpu_num``) or None.
+
+    Returns:
+        ``visible``, or with a cap, the largest divisor of ``gpu_num`` that is <= ``visible``
+        (the release's rule: e.g. GLM-4.6V with ``gpu_num`` 4 on 3 GPUs runs TP 2).
+    """
+    if gpu_num is None:
+        return visible
+    return max(d for d in range(1, min(visible, gpu_num) + 1) if gpu_num % d == 0)
+
+
+def _error(message: str) -> Completion:
+    return Completion(text="", status="error", error=message)
+
+
+class VLLMChatModel(ChatModel):
+    """Open-weight VLM served by an in-process ``vllm.LLM`` engine.
+
+    Args:
+        model: A registered alias (``utils.llm.models.MODELS``), the HF id of one, or any HF id
+            / local folder (default settings, logged).
+        model_path: ``--model-path``: load this local folder instead of the HF id.
+        tensor_parallel_size: ``--tensor-parallel-size``; None uses every visible GPU (capped by
+            the model's ``gpu_num``).
+        max_model_len: ``--max-model-len``; None uses the registry's value.
+        gpu_memory_utilization: ``--gpu-memory-utilization`` in (0, 1]; None uses 0.85.
+        max_new_tokens: Output-token cap per turn; None uses 8192 (spec section 5.7).
+        no_thinking: Pass ``enable_thinking=False`` to the chat template (models whose template
+            has the switch, and custom models).
+        seed: Engine and sampling seed.
+        max_num_seqs: vLLM ``max_num_seqs`` (None: vLLM's default).
+        enforce_eager: vLLM ``enforce_eager`` (None: vLLM's default).
+        engine_kwargs: Further ``vllm.LLM`` keyword arguments (applied last), e.g.
+            ``{"disable_log_stats": False}`` or ``mm_processor_kwargs``.
+        **options: Options of other providers (ignored).
+
+    Raises:
+        MissingDependencyError: If vllm is not installed.
+        ConfigError: For a model this provider cannot run, no visible GPU, or a tensor parallel
+            size above the visible GPU count.
+    """
+
+    provider = "opensource"
+
+    def __init__(self, model: str, *, model_path: str | None = None,
+                 tensor_parallel_size: int | None = None, max_model_len: int | None = None,
+                 gpu_memory_utilization: float | None = None,
+                 max_new_tokens: int | None = None, no_thinking: bool = False, seed: int = 0,
+                 max_num_seqs: int | None = None, enforce_eager: bool | None = None,
+                 engine_kwargs: dict[str, Any] | None = None, **options: Any) -> None:
+        super().__init__(model)
+        self.spec: ModelSpec = resolve_model(model, self.provider, model_path=model_path)
+        vllm = require("vllm", "gpu", "the opensource provider (vLLM)")
+        self.visible_gpus = visible_gpu_count()
+        if self.visible_gpus < 1:
+            raise ConfigError(
+                f"the opensource provider (vLLM) needs a CUDA GPU, but none is visible "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); on a CPU "
+                f"machine use --provider transformers")
+        if tensor_parallel_size is not None and not 1 <= tensor_parallel_size <= \
+                self.visible_gpus:
+            raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: must be in "
+                              f"[1, {self.visible_gpus}] (the number of visible GPUs)")
+        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+            raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], "
+                              f"got {gpu_memory_utilization}")
+        self.tensor_parallel_size = tensor_parallel_size or default_tensor_parallel_size(
+            self.visible_gpus, self.spec.gpu_num)
+        self.max_tokens = int(max_new_tokens or DEFAULT_MAX_TOKENS)
+        self.seed = int(seed)
+        self.chat_template_kwargs: dict[str, Any] | None = None
+        if no_thinking and self.spec.thinking is False:
+            logger.warning("--no-thinking: the chat template of %s has no thinking switch; the "
+                           "model runs as usual (the run folder still gets _no_thinking)",
+                           self.spec.alias)
+        elif no_thinking:
+            self.chat_template_kwargs = {"enable_thinking": False}
+        self.engine_kwargs: dict[str, Any] = {
+            "model": self.spec.source,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "dtype": self.spec.dtype,
+            "trust_remote_code": self.spec.trust_remote_code,
+            "gpu_memory_utilization": gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            "enable_prefix_caching": True,
+            "seed": self.seed,
+        }
+        context = max_model_len or self.spec.max_model_len
+        if context is not None:
+            self.engine_kwargs["max_model_len"] = int(context)
+        if self.spec.limit_mm_per_prompt is not None:
+            self.engine_kwargs["limit_mm_per_prompt"] = dict(self.spec.limit_mm_per_prompt)
+        if max_num_seqs is not None:
+            self.engine_kwargs["max_num_seqs"] = int(max_num_seqs)
+        if enforce_eager is not None:
+            self.engine_kwargs["enforce_eager"] = bool(enforce_eager)
+        self.engine_kwargs.update(self.spec.engine_kwargs)
+        self.engine_kwargs.update(engine_kwargs or {})
+        logger.info("vLLM: loading %s (TP %d of %d visible GPU(s), max_model_len %s)",
+                    self.spec.source, self.tensor_parallel_size, self.visible_gpus,
+                    self.engine_kwargs.get("max_model_len", "model default"))
+        self.vllm_version = str(getattr(vllm, "__version__", "unknown"))
+        self._llm = vllm.LLM(**self.engine_kwargs)
+        self._sampling = vllm.SamplingParams(temperature=0.0, top_p=1.0,
+                                             max_tokens=self.max_tokens, seed=self.seed)
+        self._fingerprint: dict[str, str | None] | None = None
+
+    # ------------------------------------------------------------------ manifest
+    def _template_fallback(self) -> str | None:
+        try:
+            return getattr(self._llm.get_tokenizer(), "chat_template", None) or None
+        except Exception:  # noqa: BLE001 - a fingerprint must never stop a run
+            return None
+
+    def fingerprint(self) -> dict[str, str | None]:
+        """Model revision, config hash and chat template hash (see ``model_fingerprint``)."""
+        if self._fingerprint is None:
+            found = model_fingerprint(self.spec)
+            if found["chat_template_sha256"] is None:
+                found["chat_template_sha256"] = chat_template_sha256(self._template_fallback())
+            self._fingerprint = found
+        return self._fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        """What determines the outputs (compared on resume): model, revision, template, sampling."""
+        return {
+            "provider": self.provider, "model": self.model, "model_id": self.spec.model_id,
+            **self.fingerprint(),
+            "dtype": self.spec.dtype, "trust_remote_code": self.spec.trust_remote_code,
+            "max_model_len": self.engine_kwargs.get("max_model_len"),
+            "limit_mm_per_prompt": self.engine_kwargs.get("limit_mm_per_prompt"),
+            "sampling": {"temperature": 0.0, "top_p": 1.0, "max_output_length": self.max_tokens,
+                         "seed": self.seed},
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "image_format": "data_url",
+        }
+
+    def runtime_info(self) -> dict[str, Any]:
+        """How the engine ran (recorded, not compared on resume)."""
+        keys = ("tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
+                "max_num_seqs", "enforce_eager")
+        return {"backend": "vllm", "vllm_version": self.vllm_version,
+                "model_path": self.spec.model_path, "visible_gpus": self.visible_gpus,
+                **{k: self.engine_kwargs.get(k) for k in keys}}
+
+    # ---------------------------------------------------------------- generation
+    def _chat(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
+        outputs = self._llm.chat(conversations, sampling_params=self._sampling, use_tqdm=False,
+                                 chat_template_kwargs=self.chat_template_kwargs)
+        if len(outputs) != len(conversations):
+            raise ProviderError(f"vLLM returned {len(outputs)} output(s) for "
+                                f"{len(conversations)} conversation(s)")
+        return list(outputs)
+
+    def _run(self, conversations: list[list[dict[str, Any]]]) -> list[Completion]:
+        """One engine call for all conversations; isolates the ones the engine rejects."""
+        started = time.perf_counter()
+        try:
+            outputs = self._chat(conversations)
+        except ValueError as exc:
+            # vLLM validates every prompt before scheduling any (length, image count), so one
+            # bad conversation fails the whole call: retry one by one to find it.
+            if len(conversations) == 1:
+                logger.warning("vLLM rejected a conversation: %s", exc)
+                return [_error(f"vLLM rejected the request: {exc}")]
+            logger.warning("vLLM rejected a batch of %d conversation(s) (%s); retrying them one "
+                           "at a time", len(conversations), exc)
+            return [self._run([c])[0] for c in conversations]
+        elapsed = time.perf_counter() - started
+        return [self._completion(output, elapsed) for output in outputs]
+
+    @staticmethod
+    def _completion(output: Any, latency_s: float) -> Completion:
+        if not getattr(output, "outputs", None):
+            return _error("vLLM returned no output for the request")
+        first = output.outputs[0]
+        finish = getattr(first, "finish_reason", None)
+        status = "truncated" if finish == "length" else "error" if finish == "abort" else "ok"
+        usage = Usage(input_tokens=len(getattr(output, "prompt_token_ids", None) or ()),
+                      cached_input_tokens=int(getattr(output, "num_cached_tokens", 0) or 0),
+                      output_tokens=len(getattr(first, "token_ids", None) or ()))
+        return Completion(text=first.text or "", status=status, finish_reason=finish,
+                          usage=usage, latency_s=latency_s,
+                          error="vLLM aborted the request" if finish == "abort" else None)
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        """Answer every request with ONE ``LLM.chat`` call (completions in request order).
+
+        A request whose image cannot be read, or that the engine rejects (prompt longer than
+        ``max_model_len``, too many images), gets a ``status="error"`` completion; the others
+        are answered. ``finish_reason == "length"`` gives ``status="truncated"``.
+        """
+        completions: list[Completion | None] = [None] * len(requests)
+        conversations, positions = [], []
+        for i, request in enumerate(requests):
+            try:
+                conversations.append(openai_style_messages(request))
+                positions.append(i)
+            except ChexperceptError as exc:
+                completions[i] = _error(str(exc))
+        if conversations:
+            for i, completion in zip(positions, self._run(conversations), strict=True):
+                completions[i] = completion
+        return [c if c is not None else _error("no completion") for c in completions]
+
+    def close(self) -> None:
+        """Drop the engine (frees GPU memory once garbage-collected)."""
+        self._llm = None
