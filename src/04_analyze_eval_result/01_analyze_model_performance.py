@@ -42,11 +42,10 @@ from chexpercept import io
 from chexpercept.analysis import (
     ORACLE_SETTINGS,
     analyse_chance,
-    analyse_run,
+    analyse_run_file,
     discover_runs,
     format_summary_table,
-    load_benchmark_or_none,
-    load_run,
+    load_chance_or_none,
     render_report,
     write_all_models_csvs,
     write_extended_csvs,
@@ -160,13 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = discover_runs(results_dir, setting, provider=args.provider, model=args.model)
     logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
                 setting, results_dir, args.bootstrap, seed)
-    benchmark = load_benchmark_or_none(args.benchmark_dir)
+    benchmark = load_chance_or_none(args.benchmark_dir)  # question probabilities only
     analyses = []
     written: list[Path] = []
+    key_pool: dict[str, str] = {}  # runs share their key_id strings
     for run in progress(runs, total=len(runs), desc="runs"):
-        results = load_run(run, limit=args.limit)
-        analysis = analyse_run(run, results, n_boot=args.bootstrap, seed=seed)
-        del results  # each file is read once; keep only the per-case matrix
+        # each file is read once; only the per-case matrix is kept
+        analysis = analyse_run_file(run, n_boot=args.bootstrap, seed=seed, limit=args.limit,
+                                    key_pool=key_pool)
         written.extend(write_model_csvs(analysis.metrics, run.run_dir))
         logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
                     ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),

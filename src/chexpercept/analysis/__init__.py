@@ -1,7 +1,9 @@
 """Stage 04: score Stage 03 ``all_results.json`` files into tables, plots and a report.
 
-Reads ``all_results.json`` (validated with ``schema.parse_all_results``) and, for the chance
-baseline, ``chexpercept.json``; writes the release's per-model CSVs next to each file and the
+Reads ``all_results.json`` (each once; regular files are checked and scored field by field
+by :mod:`chexpercept.analysis._columnar`, any irregular one goes through
+``schema.parse_all_results`` for the error report) and, for the chance baseline,
+``chexpercept.json``; writes the release's per-model CSVs next to each file and the
 all-models CSVs and plots in ``io.all_models_dir(output_dir, oracle_setting)``
 (original_release_spec.md section 6, with defects 12, 13, 21 and 31 fixed), plus the tables
 of :mod:`chexpercept.analysis.extended` (bootstrap CIs, per lesion, sub-questions, statuses,
@@ -15,7 +17,9 @@ from chexpercept.analysis.extended import (
     RunAnalysis,
     analyse_chance,
     analyse_run,
+    analyse_run_file,
     load_benchmark_or_none,
+    load_chance_or_none,
     write_extended_csvs,
 )
 from chexpercept.analysis.markdown import render_report, write_report
@@ -55,6 +59,7 @@ __all__ = [
     "RunRef",
     "analyse_chance",
     "analyse_run",
+    "analyse_run_file",
     "case_table",
     "cell_stats",
     "chance_table",
@@ -62,6 +67,7 @@ __all__ = [
     "expected_stages",
     "format_summary_table",
     "load_benchmark_or_none",
+    "load_chance_or_none",
     "load_run",
     "mcnemar",
     "paired_comparison",

@@ -11,6 +11,7 @@ in stages); an empty cell (no cases) is an empty field.
 
 from __future__ import annotations
 
+import array
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -18,10 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from chexpercept import io
+from chexpercept.analysis._memory import gc_paused, release_free_memory
 from chexpercept.analysis.metrics import SETTINGS, RunMetrics
 from chexpercept.analysis.report import format_cell
-from chexpercept.analysis.runs import RunRef, score_run
+from chexpercept.analysis.runs import RunRef, score_run, validate_results, warn_incomplete
 from chexpercept.analysis.tables import (
+    CHANCE_QUESTIONS,
     LESION_GROUPS,
     MAX_DEPTH,
     PATH_GROUPS,
@@ -31,12 +37,19 @@ from chexpercept.analysis.tables import (
     case_table,
     cell_stats,
     chance_table,
+    question_chance,
+    run_metrics,
     structural,
 )
-from chexpercept.errors import ChexperceptError
+from chexpercept.errors import ChexperceptError, SchemaError
 from chexpercept.io import write_csv_atomic
 from chexpercept.lesions import QA_PATHS
-from chexpercept.schema import STATUSES, BenchmarkItem, CaseResult, load_benchmark
+from chexpercept.schema import (
+    STATUSES,
+    BenchmarkItem,
+    CaseResult,
+    load_benchmark,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +126,107 @@ def analyse_run(run: RunRef, results: Mapping[str, CaseResult], *, n_boot: int,
         SchemaError: If a case cannot be scored or a status value is unknown.
     """
     scores, metrics = score_run(run, results)
-    table = case_table(run.name, scores, results)
+    try:
+        table = case_table(run.name, scores, results)
+    except SchemaError as exc:  # bad status values: name the file, like every other error
+        raise SchemaError(f"{run.all_results}: {str(exc).removeprefix(run.name + ': ')}"
+                          ) from None
     return RunAnalysis(run, metrics, table, cell_stats(table, n_boot=n_boot, seed=seed))
+
+
+def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None = None,
+                     key_pool: dict[str, str] | None = None) -> RunAnalysis:
+    """Read, validate and analyse one run's ``all_results.json`` (read once, then dropped).
+
+    Regular files take the columnar fast path (:mod:`chexpercept.analysis._columnar`: only
+    the fields Stage 04 reads, no model per case); a file with any irregularity goes through
+    :func:`runs.validate_results` and :func:`analyse_run`, which raise the errors naming the
+    file and every key_id at fault. Both paths give the same tables and CSVs.
+
+    Args:
+        run: The run.
+        n_boot: Bootstrap resamples (0: no CIs).
+        seed: Bootstrap seed.
+        limit: Use only the first ``limit`` cases in file order (``--limit``); None: all.
+        key_pool: Optional dict shared across runs so equal key_ids are stored once.
+
+    Returns:
+        The run's :class:`RunAnalysis`.
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: On invalid JSON or schema, an unscorable case or an unknown status.
+    """
+    from chexpercept.analysis._columnar import scan_records, table_from_scan
+
+    with gc_paused():  # parsed JSON is acyclic
+        data = io.read_json(run.all_results)
+    scan = scan_records(data, limit=limit)
+    if scan is None:
+        logger.debug("%s: irregular records, using the validating path", run.all_results)
+        results = validate_results(run.all_results, data, limit=limit)
+        del data
+        return analyse_run(run, results, n_boot=n_boot, seed=seed)
+    del data  # before building anything that outlives this call (see _columnar.Scan)
+    table = table_from_scan(run.name, scan, key_pool=key_pool)
+    del scan
+    warn_incomplete(run, [k for k, m in zip(table.key_ids, table.missing.any(axis=1).tolist(),
+                                            strict=True) if m])
+    analysis = RunAnalysis(run, run_metrics(table, run.name), table,
+                           cell_stats(table, n_boot=n_boot, seed=seed))
+    release_free_memory()  # the parsed file's and the bootstrap's transient buffers
+    return analysis
+
+
+def load_chance_or_none(benchmark_dir: str | Path | None
+                        ) -> dict[str, dict[str, float]] | None:
+    """Per-question uniform-guess probabilities of ``chexpercept.json``, or None.
+
+    Like :func:`load_benchmark_or_none` (same validation, same warning when the file is
+    missing or invalid) but keeps only :func:`tables.question_chance` of each item, validating
+    item by item and dropping the models, so the benchmark never sits in memory whole.
+
+    Returns:
+        key_id -> question -> probability (for :func:`analyse_chance`), or None.
+    """
+    if benchmark_dir is None:
+        logger.warning("no --benchmark-dir: chance rows are NA")
+        return None
+    path = Path(benchmark_dir) / "chexpercept.json"
+    try:
+        with gc_paused():  # parsed JSON is acyclic
+            data = io.read_json(path)
+    except ChexperceptError as exc:
+        logger.warning("benchmark not available (%s): chance rows are NA",
+                       str(exc).splitlines()[0])
+        return None
+    if isinstance(data, dict):
+        # Keep only floats in one buffer while the parsed file is alive; the per-key dicts are
+        # built after it is dropped (small survivors would pin its allocator arenas).
+        keys: list[str] = []
+        probs = array.array("d")
+        try:
+            for key_id, value in data.items():
+                q = question_chance(BenchmarkItem.model_validate(value))
+                probs.extend(q[name] for name in CHANCE_QUESTIONS)
+                keys.append(key_id)
+                data[key_id] = None  # free the raw item as we go
+        except ValidationError:
+            pass
+        else:
+            joined = "\n".join(keys)
+            if joined.count("\n") == len(keys) - 1:  # no key_id holds the separator
+                del keys, data
+                keys = joined.split("\n")
+            width = len(CHANCE_QUESTIONS)
+            return {k: dict(zip(CHANCE_QUESTIONS, probs[i * width:(i + 1) * width],
+                                strict=True)) for i, k in enumerate(keys)}
+    try:  # invalid: the reference validator words the warning (every problem, file named)
+        load_benchmark(path)
+    except ChexperceptError as exc:
+        logger.warning("benchmark not available (%s): chance rows are NA",
+                       str(exc).splitlines()[0])
+    return None
 
 
 def load_benchmark_or_none(benchmark_dir: str | Path | None) -> dict[str, BenchmarkItem] | None:
@@ -135,12 +247,13 @@ def load_benchmark_or_none(benchmark_dir: str | Path | None) -> dict[str, Benchm
         return None
 
 
-def analyse_chance(benchmark: Mapping[str, BenchmarkItem] | None,
+def analyse_chance(benchmark: Mapping[str, BenchmarkItem | Mapping[str, float]] | None,
                    analyses: Sequence[RunAnalysis]) -> RunAnalysis:
     """The uniform-guess baseline over the union of the runs' cases.
 
     Args:
-        benchmark: Benchmark items (None: every chance value NA).
+        benchmark: Benchmark items, or their question probabilities
+            (:func:`load_chance_or_none`); None: every chance value NA.
         analyses: The analysed runs (their cases, first occurrence order).
 
     Returns:

@@ -7,8 +7,10 @@ Stage 04 reads nothing but these files (STYLE.md "Module boundaries"); each is v
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chexpercept import io
 from chexpercept.analysis.metrics import CaseScore, RunMetrics, score_case, summarize
@@ -179,7 +181,20 @@ def load_run(run: RunRef, *, limit: int | None = None) -> dict[str, CaseResult]:
             key (every bad key_id is listed, with the file).
     """
     path = run.all_results
-    data = io.read_json(path)
+    return validate_results(path, io.read_json(path), limit=limit)
+
+
+def validate_results(path: Path, data: Any, *, limit: int | None = None
+                     ) -> dict[str, CaseResult]:
+    """Validate the parsed content of ``path`` (an ``all_results.json``); see :func:`load_run`.
+
+    The records' unused blocks (:data:`UNUSED_RECORD_KEYS`) are removed from ``data`` in
+    place.
+
+    Raises:
+        SchemaError: On invalid schema or a record whose ``key_id`` differs from its key
+            (every bad key_id is listed, with the file).
+    """
     if isinstance(data, dict):
         for record in data.values():  # Stage 04 never reads these large blocks
             if isinstance(record, dict):
@@ -193,6 +208,14 @@ def load_run(run: RunRef, *, limit: int | None = None) -> dict[str, CaseResult]:
     if limit is not None:
         results = dict(list(results.items())[:max(limit, 0)])
     return results
+
+
+def warn_incomplete(run: RunRef, incomplete: Sequence[str]) -> None:
+    """One warning listing (the first five of) the cases that lack an expected stage result."""
+    if incomplete:
+        logger.warning("%s: %d case(s) lack an expected stage result (counted wrong, not "
+                       "skipped): %s%s", run.all_results, len(incomplete),
+                       ", ".join(incomplete[:5]), " ..." if len(incomplete) > 5 else "")
 
 
 def score_run(run: RunRef, results: dict[str, CaseResult]) -> tuple[list[CaseScore], RunMetrics]:
@@ -221,9 +244,5 @@ def score_run(run: RunRef, results: dict[str, CaseResult]) -> tuple[list[CaseSco
         raise SchemaError(f"{run.all_results}: {len(problems)} case(s) cannot be scored:\n  "
                           + "\n  ".join(problems))
     metrics = summarize(scores, run.name)
-    incomplete = [s.key_id for s in scores if s.missing]
-    if incomplete:
-        logger.warning("%s: %d case(s) lack an expected stage result (counted wrong, not "
-                       "skipped): %s%s", run.all_results, len(incomplete),
-                       ", ".join(incomplete[:5]), " ..." if len(incomplete) > 5 else "")
+    warn_incomplete(run, [s.key_id for s in scores if s.missing])
     return scores, metrics

@@ -11,24 +11,37 @@ section 1.3: 100 cases per lesion and path), all stages of a case together. Ever
 union of strata and its applicability depends only on lesion and path, so the number of
 cases behind a cell is the same in every resample and a resampled cell mean is
 ``(W @ Z) / n`` with ``W`` the (B, n_cases) multinomial weight matrix and ``Z`` the
-(n_cases, n_groups * n_metrics) matrix of masked values: one matrix product, no Python loop
-per resample or per cell. Weights are drawn per stratum from
+(n_cases, n_groups * n_metrics) matrix of masked values. It is computed without a Python loop
+per resample or per cell, and without forming ``Z``: one (B, size) @ (size, n_metrics)
+product per stratum, then sums of strata for the pooled groups (exact integers, so the result
+equals the single product bit for bit). Weights are drawn per stratum from
 ``rng_for(seed, "04_analysis", "bootstrap", "<lesion>/<path>")`` over the stratum's key_ids in
-sorted order, so runs on the same cases share resamples (paired comparisons) and the result
-does not depend on file order.
+sorted order, so runs on the same cases share resamples (paired comparisons), the draws are
+made once per process for all runs, and the result does not depend on file order.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from chexpercept.analysis.metrics import PATH_STAGES, REVISION_KEYS, CaseScore, expected_stages
+from chexpercept.analysis.metrics import (
+    ATTRIBUTE_DETAIL_PATH,
+    PATH_STAGES,
+    REVISION_DETAIL_PATH,
+    REVISION_KEYS,
+    SETTINGS,
+    CaseScore,
+    RunMetrics,
+    expected_stages,
+)
 from chexpercept.errors import SchemaError
 from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.rng import rng_for
@@ -67,6 +80,8 @@ _STATUS_BLOCKS: dict[int, tuple[str, tuple[str, ...] | None]] = {
 }
 #: Two-sided level of every interval (95%).
 CI_LEVEL = 0.95
+#: Bootstrap resamples per matrix product (:func:`_block_means`).
+BOOT_BLOCK = 64
 
 
 @dataclass(frozen=True)
@@ -191,6 +206,51 @@ def case_table(name: str, scores: Sequence[CaseScore],
     return CaseTable(has_status=has_status, **t)
 
 
+def _bucket_mean(values: np.ndarray) -> float:
+    """Mean of a 1-D bucket (NaN when empty, defect 31), as ``metrics._mean`` computes it."""
+    return float(values.sum()) / len(values) if len(values) else math.nan
+
+
+def run_metrics(table: CaseTable, model: str) -> RunMetrics:
+    """The release's three tables of a run, from its :class:`CaseTable`.
+
+    Same rows and values as :func:`metrics.summarize` of the run's case scores (the sums are
+    exact integers, so the quotients are bit-identical).
+
+    Args:
+        table: The run's table (0/1 values).
+        model: Value of the ``model`` column (the run folder name).
+
+    Returns:
+        The run's :class:`~metrics.RunMetrics`.
+    """
+    values, app = table.values, table.applicable
+    summary: list[dict[str, Any]] = []
+    for p, path in enumerate(QA_PATHS):
+        in_path = table.path == p
+        depth = _bucket_mean(values[in_path, METRIC_INDEX["depth"]])
+        for setting in SETTINGS:
+            kind = "e2e" if setting == "end_to_end" else "oracle"
+            row: dict[str, Any] = {"path": path, "model": model, "setting": setting}
+            for stage in range(1, 5):
+                m = METRIC_INDEX[f"{kind}:stage{stage}"]
+                row[f"acc(stage{stage})"] = _bucket_mean(values[in_path & app[:, m], m])
+            row["depth"] = depth
+            summary.append(row)
+    details = []
+    for label, keys in ((REVISION_DETAIL_PATH, REVISION_KEYS),
+                        (ATTRIBUTE_DETAIL_PATH, ATTRIBUTE_KEYS)):
+        row = {"path": label, "model": model}
+        for key in keys:
+            m = METRIC_INDEX[f"sub:{key}"]
+            row[f"acc({key})"] = _bucket_mean(values[app[:, m], m])
+        details.append(row)
+    return RunMetrics(model=model, summary=summary, revision_detail=[details[0]],
+                      attribute_detail=[details[1]],
+                      n_cases={p: int((table.path == i).sum()) for i, p in enumerate(QA_PATHS)},
+                      n_missing=int(table.missing.sum()))
+
+
 # --------------------------------------------------------------------------------------
 # Chance baseline
 # --------------------------------------------------------------------------------------
@@ -208,6 +268,10 @@ def _multi(n_real_options: int) -> float:
     "None" alone: ``2**k - 1 + 1 = 2**k`` sets (paper_notes.md section 2.3: location has 8).
     """
     return 1.0 / 2.0 ** n_real_options
+
+
+#: Keys of :func:`question_chance`: stage 1 and 2 questions, then the sub-questions.
+CHANCE_QUESTIONS: tuple[str, ...] = ("stage1", "stage2", *SUB_KEYS)
 
 
 def question_chance(item: BenchmarkItem) -> dict[str, float]:
@@ -243,7 +307,7 @@ def question_chance(item: BenchmarkItem) -> dict[str, float]:
     return out
 
 
-def chance_table(benchmark: Mapping[str, BenchmarkItem] | None,
+def chance_table(benchmark: Mapping[str, BenchmarkItem | Mapping[str, float]] | None,
                  cases: Sequence[tuple[str, str]]) -> CaseTable:
     """The uniform-guess baseline as a :class:`CaseTable` of expected values.
 
@@ -254,8 +318,9 @@ def chance_table(benchmark: Mapping[str, BenchmarkItem] | None,
     these over the cases of the cell.
 
     Args:
-        benchmark: ``chexpercept.json`` items by key_id; None when not available (every value
-            NaN, i.e. NA rows).
+        benchmark: ``chexpercept.json`` items by key_id, or their precomputed
+            :func:`question_chance` dicts; None when not available (every value NaN, i.e. NA
+            rows).
         cases: (key_id, qa_path) of the cases to cover (the union over the analysed runs).
 
     Returns:
@@ -270,7 +335,7 @@ def chance_table(benchmark: Mapping[str, BenchmarkItem] | None,
         item = benchmark.get(key_id) if benchmark is not None else None
         if item is None:
             continue
-        q = question_chance(item)
+        q = item if isinstance(item, Mapping) else question_chance(item)
         stage_p = {1: q["stage1"], 2: q["stage2"],
                    3: math.prod(q[k] for k in REVISION_KEYS),
                    4: math.prod(q[k] for k in ATTRIBUTE_KEYS)}
@@ -341,6 +406,44 @@ def masked_values(table: CaseTable) -> tuple[np.ndarray, np.ndarray]:
     return np.where(ok, table.values, 0.0), ok
 
 
+def _strata(table: CaseTable) -> list[tuple[int, int, np.ndarray]]:
+    """``(lesion, path, rows)`` of every non-empty stratum in (lesion, path) order.
+
+    ``rows`` is (size,) int64, the stratum's row indices ordered by key_id.
+    """
+    strata: dict[tuple[int, int], list[int]] = {}
+    for i, (le, p) in enumerate(zip(table.lesion.tolist(), table.path.tolist(), strict=True)):
+        strata.setdefault((le, p), []).append(i)
+    return [(le, p, np.array(sorted(idx, key=lambda i: table.key_ids[i]), dtype=np.int64))
+            for (le, p), idx in sorted(strata.items())]
+
+
+@functools.lru_cache(maxsize=len(LESIONS) * len(QA_PATHS))
+def _stratum_counts(seed: int, label: str, size: int, n_boot: int) -> np.ndarray:
+    """(B, size) read-only multinomial counts of one stratum (cached across runs).
+
+    The draws depend only on the seed, the stratum label and its size, so every run on the
+    same cases reuses them (column j = the stratum's j-th key_id in sorted order). Stored in
+    the smallest unsigned dtype that holds ``size`` (a count never exceeds it): uint8 for
+    the paper's 100-case strata, a quarter of float32's memory.
+    """
+    rng = rng_for(seed, "04_analysis", "bootstrap", label)
+    # (B, size) draws with replacement -> per-row counts via one flat bincount
+    draws = rng.integers(0, size, (n_boot, size)) + size * np.arange(n_boot)[:, None]
+    counts = np.bincount(draws.ravel(), minlength=n_boot * size).reshape(n_boot, size)
+    counts = counts.astype(np.min_scalar_type(size))
+    counts.flags.writeable = False
+    return counts
+
+
+def _strata_blocks(table: CaseTable, n_boot: int, seed: int
+                   ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(lesion, path, rows, counts)`` per stratum: rows (size,) int64, counts (B, size) uint."""
+    return [(le, p, rows, _stratum_counts(int(seed), f"{LESIONS[le]}/{QA_PATHS[p]}",
+                                          len(rows), int(n_boot)))
+            for le, p, rows in _strata(table)]
+
+
 def strata_weights(table: CaseTable, n_boot: int, seed: int) -> np.ndarray:
     """Bootstrap weights (multinomial counts), resampling within each lesion x path stratum.
 
@@ -354,33 +457,98 @@ def strata_weights(table: CaseTable, n_boot: int, seed: int) -> np.ndarray:
         stratum's weights sum to its size.
     """
     weights = np.zeros((n_boot, table.n_cases), dtype=np.float32)
-    strata: dict[tuple[int, int], list[int]] = {}
-    for i, (le, p) in enumerate(zip(table.lesion.tolist(), table.path.tolist(), strict=True)):
-        strata.setdefault((le, p), []).append(i)
-    for (le, p), idx in sorted(strata.items()):
-        idx = sorted(idx, key=lambda i: table.key_ids[i])
-        rng = rng_for(seed, "04_analysis", "bootstrap", f"{LESIONS[le]}/{QA_PATHS[p]}")
-        size = len(idx)
-        # (B, size) draws with replacement -> per-row counts via one flat bincount
-        draws = rng.integers(0, size, (n_boot, size)) + size * np.arange(n_boot)[:, None]
-        counts = np.bincount(draws.ravel(), minlength=n_boot * size).reshape(n_boot, size)
-        weights[:, idx] = counts
+    for _, _, rows, counts in _strata_blocks(table, n_boot, seed):
+        weights[:, rows] = counts
     return weights
+
+
+def _resampled_sums(table: CaseTable, values: np.ndarray,
+                    blocks: Sequence[tuple[int, int, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Resampled cell sums: (B, n_groups, n_metrics) float32 from per-stratum weights.
+
+    Per stratum, (B, size) @ (size, n_metrics) products give the resampled sums; the groups
+    (``all`` pools) are sums of strata. Run values are 0/1 or small integers, so every
+    float32 sum is an exact integer (< 2**24) whatever the order. The products are made
+    :data:`BOOT_BLOCK` resamples at a time: that keeps each below OpenBLAS's multithreading
+    threshold (M * N * K <= 65536 * 4), and worker threads cost far more than they gain on
+    products this small (measured 10-50x slower on a busy 2-core machine).
+
+    Args:
+        table: The cases.
+        values: (n_cases, n_metrics) float64 masked values (:func:`masked_values`).
+        blocks: ``(lesion, path, rows, counts)`` per stratum, counts (B, size) of
+            non-negative integers (any numeric dtype).
+    """
+    n_boot = blocks[0][3].shape[0] if blocks else 0
+    strata = np.zeros((len(LESIONS), len(QA_PATHS), n_boot, len(METRICS)), dtype=np.float32)
+    v32 = values.astype(np.float32)
+    for le, p, rows, counts in blocks:
+        v = v32[rows]
+        for start in range(0, n_boot, BOOT_BLOCK):
+            stop = min(start + BOOT_BLOCK, n_boot)
+            chunk = counts[start:stop].astype(np.float32, copy=False)
+            np.matmul(chunk, v, out=strata[le, p, start:stop])
+    return _pool(strata).transpose(1, 0, 2)
+
+
+def _pool(strata: np.ndarray) -> np.ndarray:
+    """Group sums from stratum sums: (n_lesions, n_paths, ...) -> (len(GROUPS), ...)."""
+    by_lesion, by_path = strata.sum(axis=1), strata.sum(axis=0)
+    total = by_path.sum(axis=0)
+    out = np.empty((len(GROUPS), *strata.shape[2:]), dtype=strata.dtype)
+    for g, (lesion, path) in enumerate(GROUPS):
+        p = QA_PATHS.index(path) if path != "all" else None
+        if lesion == "all":
+            out[g] = total if p is None else by_path[p]
+        else:
+            le = LESIONS.index(lesion)
+            out[g] = by_lesion[le] if p is None else strata[le, p]
+    return out
+
+
+def _group_sums(table: CaseTable, x: np.ndarray) -> np.ndarray:
+    """(len(GROUPS), n_metrics) float64 sums of the columns of ``x`` (n_cases, n_metrics).
+
+    Per-stratum ``bincount`` sums pooled by :func:`_pool`: no BLAS call (whose worker threads
+    dominate at this size), exact for integer-valued ``x`` (0/1 flags, depths, counts).
+    """
+    stratum = table.lesion.astype(np.int64) * len(QA_PATHS) + table.path
+    n_strata = len(LESIONS) * len(QA_PATHS)
+    strata = np.stack([np.bincount(stratum, weights=x[:, m], minlength=n_strata)
+                       for m in range(x.shape[1])], axis=1)
+    return _pool(strata.reshape(len(LESIONS), len(QA_PATHS), x.shape[1]))
 
 
 def bootstrap_means(table: CaseTable, weights: np.ndarray) -> np.ndarray:
     """Resampled cell means: (B, n_groups, n_metrics) float64, NaN for empty cells.
 
-    One (B, n) @ (n, n_groups * n_metrics) product; valid because every cell's case count is
-    fixed under stratified resampling (module docstring).
+    Equal to one (B, n) @ (n, n_groups * n_metrics) product of the weights with the
+    group-masked values, computed stratum by stratum (:func:`_resampled_sums`); valid because
+    every cell's case count is fixed under stratified resampling (module docstring).
+
+    Args:
+        table: The cases.
+        weights: (B, n_cases) float32 case weights (:func:`strata_weights`).
     """
     values, ok = masked_values(table)
-    gm = group_matrix(table)
-    n = gm.T.astype(np.float64) @ ok
-    z = (gm[:, :, None] * values[:, None, :]).astype(np.float32).reshape(table.n_cases, -1)
-    sums = (weights @ z).astype(np.float64).reshape(len(weights), *n.shape)
+    n = _group_sums(table, ok)
+    blocks = [(le, p, rows, weights[:, rows]) for le, p, rows in _strata(table)]
+    sums = _resampled_sums(table, values, blocks).astype(np.float64)
+    if not blocks:
+        sums = np.zeros((len(weights), len(GROUPS), len(METRICS)))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, sums / np.where(n > 0, n, 1), np.nan)
+
+
+def _percentiles(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:data:`CI_LEVEL` bounds of every column of (B, k) finite ``samples``: two (k,) arrays.
+
+    Computed on the transposed copy, so each column's partition runs over contiguous memory
+    (same order statistics and interpolation as along axis 0, several times faster).
+    """
+    alpha = 100 * (1 - CI_LEVEL) / 2
+    low, high = np.percentile(np.ascontiguousarray(samples.T), [alpha, 100 - alpha], axis=1)
+    return low, high
 
 
 def percentile_ci(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -394,7 +562,7 @@ def percentile_ci(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     high = low.copy()
     full = np.isfinite(flat).all(axis=0)  # the usual case: a cell is NaN in all or no resample
     if full.any():
-        low[full], high[full] = np.percentile(flat[:, full], [alpha, 100 - alpha], axis=0)
+        low[full], high[full] = _percentiles(flat[:, full])
     partial = ~full & np.isfinite(flat).any(axis=0)
     if partial.any():
         with warnings.catch_warnings():
@@ -408,6 +576,9 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0,
                weights: np.ndarray | None = None) -> CellStats:
     """Cell means (and bootstrap CIs) of a table over every lesion x path group.
 
+    Intervals are computed only for non-empty cells, from the exact resampled sums
+    (:func:`_resampled_sums`) divided by the cell's fixed case count.
+
     Args:
         table: A run's or the chance table.
         n_boot: Bootstrap resamples (0: no CIs; the chance table takes 0).
@@ -418,17 +589,27 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0,
         The table's :class:`CellStats`; an empty cell is NaN with ``n`` 0.
     """
     values, ok = masked_values(table)
-    gm = group_matrix(table).astype(np.float64)
-    n = gm.T @ ok
+    n = _group_sums(table, ok)
+    if np.array_equal(values, np.floor(values)):  # a run: exact integer sums, any order
+        totals = _group_sums(table, values)
+    else:  # chance probabilities: the reference summation
+        totals = group_matrix(table).astype(np.float64).T @ values
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(n > 0, (gm.T @ values) / np.where(n > 0, n, 1), np.nan)
-    if weights is None and n_boot > 0 and table.n_cases:
-        weights = strata_weights(table, n_boot, seed)
-    if weights is not None and len(weights):
-        low, high = percentile_ci(bootstrap_means(table, weights))
-        n_boot = len(weights)
-    else:
-        low = high = np.full(value.shape, np.nan)
+        value = np.where(n > 0, totals / np.where(n > 0, n, 1), np.nan)
+    low, high = np.full(value.shape, np.nan), np.full(value.shape, np.nan)
+    blocks = None
+    if weights is not None:
+        if len(weights):
+            blocks = [(le, p, rows, weights[:, rows]) for le, p, rows in _strata(table)]
+            n_boot = len(weights)
+    elif n_boot > 0 and table.n_cases:
+        blocks = _strata_blocks(table, n_boot, seed)
+    if blocks:
+        keep = (n > 0).ravel()
+        sums = _resampled_sums(table, values, blocks).reshape(n_boot, -1)[:, keep]
+        means = sums.astype(np.float64) / n.ravel()[keep]
+        low.ravel()[keep], high.ravel()[keep] = _percentiles(means)
+    elif blocks is None:
         n_boot = 0
     return CellStats(name=table.name, value=value, n=n.astype(np.int64), ci_low=low,
                      ci_high=high, n_boot=n_boot)
