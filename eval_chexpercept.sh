@@ -7,7 +7,8 @@
 #
 # Every argument is passed to src/03_eval_vlm_on_chexpercept/00_eval.py (which rejects unknown
 # flags); then src/04_analyze_eval_result/01_analyze_model_performance.py runs on the same
-# --output-path and --oracle_setting. Uses .venv (made by setup.sh) unless CHEXPERCEPT_PYTHON is set.
+# --output-path, --oracle_setting and --benchmark-dir (skipped for --validate-only,
+# --estimate-cost and sharded --part runs: merge the parts with 01_merge_parts.py first). Uses .venv (made by setup.sh) unless CHEXPERCEPT_PYTHON is set.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
@@ -17,19 +18,25 @@ if [ -n "${CHEXPERCEPT_PYTHON:-}" ]; then PY="$CHEXPERCEPT_PYTHON"; else bash se
 
 setting=implicit
 results="$ROOT/src/03_eval_vlm_on_chexpercept/outputs"
+analysis="$ROOT/src/04_analyze_eval_result"
+bench="$ROOT/data/chexpercept"
 prev=""
 for arg in "$@"; do
   case "$prev" in
     --oracle_setting|--oracle-setting) setting="$arg" ;;
-    --output-path|--output_path) results="$arg" ;;
+    --output-path|--output_path) results="$arg"; analysis="$arg" ;;
+    --benchmark-dir|--benchmark_dir) bench="$arg" ;;
   esac
   case "$arg" in
     --oracle_setting=*|--oracle-setting=*) setting="${arg#*=}" ;;
-    --output-path=*|--output_path=*) results="${arg#*=}" ;;
+    --output-path=*|--output_path=*) results="${arg#*=}"; analysis="${arg#*=}" ;;
+    --benchmark-dir=*|--benchmark_dir=*) bench="${arg#*=}" ;;
   esac
   prev="$arg"
 done
 
 "$PY" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
-case " $* " in *" --validate-only "*) exit 0 ;; esac
-"$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" --oracle_setting "$setting"
+case " $* " in *" --validate-only "*|*" --estimate-cost "*|*" --estimate_cost "*|*" --part "*) exit 0 ;; esac
+# The analysis goes next to the results when --output-path is given (else the release's folder).
+"$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
+  --oracle_setting "$setting" --benchmark-dir "$bench" --output-dir "$analysis"

@@ -145,6 +145,36 @@ def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "")
     yield from tqdm(iterable, total=total, desc=desc, dynamic_ncols=True)
 
 
+def add_allow_failures_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--allow-failures``: exit 0 even when some items could not be built."""
+    parser.add_argument(
+        "--allow-failures", "--allow_failures", dest="allow_failures", action="store_true",
+        help="Exit 0 even if some items failed (they are still listed with their reasons in "
+             "the stage summary). Default: off, any failed item makes the stage exit 2.")
+
+
+def failures_exit_code(failed: int, total: int, *, what: str, summary: str | Path,
+                       allow: bool) -> int:
+    """Exit code of a stage that finished with ``failed`` of ``total`` items not built.
+
+    Failed items are never dropped silently: without ``--allow-failures`` the stage prints one
+    ``error:`` line pointing at the summary file and exits 2, so driver scripts stop there.
+    Finished items stay on disk and a re-run only redoes the failed ones.
+
+    Returns:
+        0 when nothing failed or failures are allowed, else 2.
+    """
+    if failed <= 0:
+        return 0
+    message = f"{failed} of {total} {what} failed; reasons in {summary}"
+    if allow:
+        logging.getLogger("utils.cli").warning("%s (--allow-failures: exit 0)", message)
+        return 0
+    print(f"error: {message}. Fix the inputs and re-run (finished items are kept), or pass "
+          f"--allow-failures to accept the rest.", file=sys.stderr)
+    return 2
+
+
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
     """Run a script's ``main`` and map errors to exit codes.
 

@@ -52,7 +52,15 @@ from chexpercept.schema import (
     POSITIVE_SHEET_COLUMNS,
     load_chexpercept_config,
 )
-from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+from utils.cli import (
+    add_allow_failures_arg,
+    add_common_args,
+    add_config_arg,
+    failures_exit_code,
+    progress,
+    run_main,
+    setup_logging,
+)
 
 logger = logging.getLogger("01_generate_rosalia_pred")
 
@@ -72,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", "--output_dir", dest="output_dir", default=None,
         help="Stage 00 output folder (default: <path.work_dir>/00_source_data_curation, or "
              "src/00_source_data_curation/outputs).")
+    add_allow_failures_arg(parser)
     add_common_args(parser, parts=True)
     return parser
 
@@ -131,7 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("done: processed %d, skipped %d (already done), failed %d %s; sheet %s",
                 counts["processed"], counts["skipped"], counts["failed"], dict(reasons),
                 layout.positive_sheet(args.part))
-    return 0
+    return failures_exit_code(counts["failed"], len(items), what="pair(s)",
+                              summary=layout.candidate_summary(args.part),
+                              allow=args.allow_failures)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Merge the part files (or explain why nothing was written)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.base_out:
         base_out = Path(args.base_out)
     elif args.config:
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base_out = io.CurationLayout(io.stage_output_dir("00", cfg.path.work_dir)).candidate_root
     else:
         base_out = DEFAULT_BASE_OUT
+    if args.total_parts < 1:
+        parser.error(f"--total-parts must be >= 1, got {args.total_parts}")
     setup_logging(args.log_level, None, name="02_prepare_positive_annotation",
                   progress=not args.no_progress)
     outcome = merge_parts(base_out, args.total_parts, force=args.force)

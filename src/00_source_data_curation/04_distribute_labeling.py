@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="With --merge: accept blank optimal? values (kept blank, i.e. not accepted) instead "
              "of reporting them as not reviewed (default: off, every row must be reviewed).")
     parser.add_argument(
+        "--force", action="store_true",
+        help="Distribute even if annotator sheets already hold review values, erasing them "
+             "(default: off, refuse).")
+    parser.add_argument(
         "--output-dir", "--output_dir", dest="output_dir", default=None,
         help="Stage 00 output folder holding distribute/ (default: from --config's "
              "path.work_dir, else src/00_source_data_curation/outputs).")
@@ -72,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         out = io.stage_output_dir("00", cfg.path.work_dir if cfg else None)
     layout = io.CurationLayout(out)
-    n = args.num_annotators or (cfg.source_data_curation.num_annotators if cfg else 6)
+    n = args.num_annotators if args.num_annotators is not None else (
+        cfg.source_data_curation.num_annotators if cfg else 6)
     if n < 1 or n > 26:
         parser.error(f"--num-annotators must be in [1, 26], got {n}")
     setup_logging(args.log_level, None, name="04_distribute_labeling",
@@ -87,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("done: merged %d annotator(s) into %s and %s", n, tasks[0].path,
                     tasks[1].path)
         return 0
-    counts = distribute(layout, tasks, n)
+    counts = distribute(layout, tasks, n, overwrite=args.force)
     for task, per in counts.items():
         logger.info("%s: %s", task, ", ".join(f"{a}={k}" for a, k in per.items()))
     logger.info("done: distributed over %d annotator(s) into %s", n, out / "distribute")

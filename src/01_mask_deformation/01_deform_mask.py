@@ -39,7 +39,15 @@ from chexpercept.deformation import (
 )
 from chexpercept.errors import ConfigError
 from chexpercept.schema import POSITIVE_SHEET_COLUMNS, accepted_key_ids, load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+from utils.cli import (
+    add_allow_failures_arg,
+    add_common_args,
+    add_config_arg,
+    failures_exit_code,
+    progress,
+    run_main,
+    setup_logging,
+)
 
 logger = logging.getLogger("01_deform_mask")
 
@@ -74,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", "--output_dir", dest="output_dir", default=None,
         help="Stage 01 output folder (default: <path.work_dir>/01_mask_deformation or "
              "src/01_mask_deformation/outputs).")
+    add_allow_failures_arg(parser)
     add_common_args(parser, workers=8, seed=True)
     return parser
 
@@ -126,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       seeds={"seed": seed}, repo_root=io.repo_root(),
                       extra={"positive_sheet": str(sheet), "num_workers": args.num_workers})
     logger.info("summary: %s; summary file %s", summary.line(), layout.summary_json)
-    return 1 if "unexpected_error" in summary.failed else 0
+    if "unexpected_error" in summary.failed:
+        return 1
+    return failures_exit_code(sum(len(v) for v in summary.failed.values()), len(tasks),
+                              what="case(s)", summary=layout.summary_json,
+                              allow=args.allow_failures)
 
 
 if __name__ == "__main__":

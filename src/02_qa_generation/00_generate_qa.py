@@ -39,7 +39,15 @@ from chexpercept.io import (
 )
 from chexpercept.qa import QAInputs, generate_qa
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+from utils.cli import (
+    add_allow_failures_arg,
+    add_common_args,
+    add_config_arg,
+    failures_exit_code,
+    progress,
+    run_main,
+    setup_logging,
+)
 
 logger = logging.getLogger("02_generate_qa")
 
@@ -83,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Release flag for revision_sequential_qa; NOT supported here (the "
                              "benchmark does not use it); passing it exits with code 2 "
                              "(default: off).")
+    add_allow_failures_arg(parser)
     add_common_args(parser, workers=DEFAULT_WORKERS)
     return parser
 
@@ -129,7 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 layout.qa_results_json)
     logger.info("images: %s; labeling sheet: %s; summary: %s", layout.bundle_dir,
                 layout.qa_labeling_csv, layout.summary_json)
-    return 0
+    selection = report.summary.get("selection", {})
+    if c["excluded"] and not selection.get("positives_selected"):
+        # Every accepted positive lacks a usable Stage 01 result: a wrong or empty input file,
+        # not a few failed deformations (those are reported by Stage 01).
+        return failures_exit_code(c["excluded"], c["excluded"],
+                                  what="accepted positive(s) (no usable Stage 01 deformation)",
+                                  summary=layout.summary_json, allow=args.allow_failures)
+    return failures_exit_code(c["failed"], c["built"] + c["reused"] + c["failed"],
+                              what="case(s)", summary=layout.summary_json,
+                              allow=args.allow_failures)
 
 
 if __name__ == "__main__":

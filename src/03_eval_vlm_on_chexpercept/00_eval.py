@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept import io
-from chexpercept.errors import ConfigError
+from chexpercept.errors import ConfigError, SchemaError
 from chexpercept.evaluation import (
     ORACLE_SETTINGS,
     EvalSettings,
@@ -240,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         provider_class(provider)  # fail fast on an unavailable provider, before any work
 
     bundle = load_bundle(args.benchmark_dir)
+    if not bundle.items:
+        raise SchemaError(f"{bundle.layout.json_path}: the benchmark holds no case")
     key_ids = select_key_ids(bundle, limit=args.limit, per_path_limit=args.per_path_limit)
     key_ids = select_part(key_ids, args.part, args.total_parts)  # by key_id hash (sharding.py)
     cases = validate_bundle(bundle, key_ids)

@@ -37,6 +37,16 @@ SCHEMA_VERSION = "1.0"
 # --------------------------------------------------------------------------------------
 
 
+def _file_mode() -> int:
+    """0o666 minus the process umask (what ``open(path, "w")`` would give)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_FILE_MODE = _file_mode()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path next to ``path``; rename it onto ``path`` only if the block succeeds.
@@ -46,6 +56,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; outputs get the usual umask-based mode
     os.close(fd)
     tmp_path = Path(tmp)
     try:

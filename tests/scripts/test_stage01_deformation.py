@@ -93,3 +93,19 @@ def test_backend_errors_and_help(tmp_path, capsys):
     for flag in ("--positive-sheet", "--candidate-dir", "--chexmask-dir", "--cxas-dir",
                  "--output-dir", "--num-workers", "--num_workers", "--seed"):
         assert flag in out
+
+
+def test_failed_case_makes_the_stage_exit_2_unless_allowed(tmp_path, capsys):
+    paths = stage01_inputs.write_inputs(tmp_path, stage01_anatomy=False)
+    assert _main("00_generate_anatomy_mask.py")(["--config", str(paths["config"]),
+                                                  "--no-progress"]) == 0
+    masks = sorted(tmp_path.rglob("pred_mask.png"))
+    masks[0].unlink()  # one candidate mask is gone: that case fails, the other is built
+    capsys.readouterr()
+    args = ["--config", str(paths["config"]), "--num_workers", "1", "--no-progress"]
+    assert run_main(_main("01_deform_mask.py"), args) == 2
+    err = capsys.readouterr().err
+    assert "error: 1 of 2 case(s) failed; reasons in" in err and "summary.json" in err
+    layout = io.DeformationLayout(paths["out01"])
+    assert len(json.loads(layout.results_json.read_text())) == 1  # the built case is kept
+    assert run_main(_main("01_deform_mask.py"), args + ["--allow-failures"]) == 0

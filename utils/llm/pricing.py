@@ -159,9 +159,11 @@ def cost_usd(model_id: str, usage: Usage, path: str | Path | None = None) -> flo
         path: Price table; None uses :data:`PRICING_PATH`.
 
     Returns:
-        Cost in USD, or None (NA) for a model with no entry; the first miss per model id is
-        logged as a warning.
+        Cost in USD: 0.0 when the call used no tokens, None (NA) for a model with no entry
+        (the first miss per model id is logged as a warning).
     """
+    if not (usage.input_tokens or usage.cached_input_tokens or usage.output_tokens):
+        return 0.0  # nothing was billed (baselines, cached replays): no price lookup needed
     match = lookup(model_id, path)
     if match is None:
         if model_id not in _warned:

@@ -39,8 +39,16 @@ BASELINE_MODEL = "baseline"
 
 
 def default_model(provider: str) -> str:
-    """The ``--model`` used when none is given: ``baseline`` for baselines, else ``medgemma1.5``."""
-    return BASELINE_MODEL if provider in BASELINE_PROVIDERS else DEFAULT_MODEL
+    """The ``--model`` used when none is given.
+
+    ``baseline`` for the baselines, ``custom`` for a plugin (``module:Class``), else the
+    release's default alias ``medgemma1.5``.
+    """
+    if provider in BASELINE_PROVIDERS:
+        return BASELINE_MODEL
+    if is_plugin_spec(provider):
+        return "custom"
+    return DEFAULT_MODEL
 
 
 def _module_exists(module: str) -> bool:

@@ -23,7 +23,7 @@ from chexpercept.io import (
     write_csv_atomic,
     write_json_atomic,
 )
-from chexpercept.lesions import LESIONS, make_key_id
+from chexpercept.lesions import LESIONS, make_key_id, validate_lesion
 from chexpercept.schema import (
     NEGATIVE_SHEET_COLUMNS,
     OPTIMAL_COLUMN,
@@ -287,20 +287,58 @@ def review_image(layout: CurationLayout, task: str, row: Mapping[str, str]) -> P
     return layout.negative_image(row["lesion"], row["key_id"])
 
 
+def _reviewed_annotator_sheets(layout: CurationLayout, tasks: Sequence[SheetTask]) -> list[str]:
+    """Existing annotator sheets that already hold review values (would be overwritten)."""
+    found = []
+    for t in tasks:
+        for sheet in sorted((layout.out / "distribute").glob(f"annotator_*/{t.task}/"
+                                                             "labeling_sheet.csv")):
+            rows = read_csv_rows(sheet)
+            done = sum(1 for r in rows if (r.get(OPTIMAL_COLUMN) or "").strip())
+            if done:
+                found.append(f"{sheet} ({done} reviewed row(s))")
+    return found
+
+
 def distribute(layout: CurationLayout, tasks: Sequence[SheetTask],
-               num_annotators: int) -> dict[str, dict[str, int]]:
+               num_annotators: int, *, overwrite: bool = False) -> dict[str, dict[str, int]]:
     """Write ``distribute/annotator_<X>/<task>/{labeling_sheet.csv, <lesion>/<key_id>.png}``.
 
+    Args:
+        layout: Stage 00 paths.
+        tasks: The positive and negative sheets.
+        num_annotators: Annotators A, B, ...
+        overwrite: Replace annotator sheets that already hold review values.
+
     Raises:
-        InputError: Listing every review image that is missing (nothing is written then).
+        InputError: Listing every review image that is missing, duplicated key_id or unknown
+            lesion, or (without ``overwrite``) every annotator sheet that already holds review
+            values, which a new distribution would erase; nothing is written then.
 
     Returns:
         task -> annotator -> rows assigned.
     """
+    if not overwrite:
+        reviewed = _reviewed_annotator_sheets(layout, tasks)
+        if reviewed:
+            raise InputError(
+                "annotator sheets already hold review values; distributing again would erase "
+                "them (merge them back with --merge first, or pass --force):\n  "
+                + "\n  ".join(reviewed))
     plans = []
     missing: list[str] = []
     for t in tasks:
         rows = read_csv_rows(t.path, required=("key_id", t.lesion_column, OPTIMAL_COLUMN))
+        seen: set[str] = set()
+        for i, row in enumerate(rows, start=1):
+            if row["key_id"] in seen:
+                missing.append(f"{t.path} row {i}: key_id {row['key_id']} appears more than once")
+            seen.add(row["key_id"])
+            try:
+                validate_lesion(row[t.lesion_column].strip(),
+                                where=f"{t.path} row {i} ({t.lesion_column})")
+            except InputError as exc:
+                missing.append(str(exc))
         columns = list(rows[0].keys()) if rows else list(
             POSITIVE_SHEET_COLUMNS if t.task == "positive" else NEGATIVE_SHEET_COLUMNS)
         split = round_robin(rows, t.lesion_column, num_annotators)
@@ -310,7 +348,8 @@ def distribute(layout: CurationLayout, tasks: Sequence[SheetTask],
                 missing.append(f"{t.task} {row['key_id']}: {img}")
         plans.append((t, columns, split))
     if missing:
-        raise InputError(f"{len(missing)} review image(s) missing:\n  " + "\n  ".join(missing))
+        raise InputError(f"cannot distribute, {len(missing)} problem(s) (missing review images, "
+                         f"duplicated key_ids, unknown lesions):\n  " + "\n  ".join(missing))
     counts: dict[str, dict[str, int]] = {}
     for t, columns, split in plans:
         counts[t.task] = {}

@@ -156,12 +156,16 @@ def build_tasks(
         cxr_dir: Folder of ``<dicom_id>.png``.
 
     Raises:
-        InputError: Listing every accepted row with an unknown lesion or a blank field.
+        InputError: Listing every duplicated key_id and every accepted row with an unknown
+            lesion, a blank field or a key_id that is not ``<target>_<pair_id>``.
     """
     by_key: dict[str, Mapping[str, str]] = {}
-    for row in rows:
+    problems: list[str] = []
+    for i, row in enumerate(rows, start=1):
+        if row["key_id"] in by_key:
+            problems.append(f"row {i}: key_id {row['key_id']} appears more than once")
         by_key.setdefault(row["key_id"], row)
-    tasks, problems = [], []
+    tasks = []
     for key_id in dict.fromkeys(accepted):
         row = by_key[key_id]
         blank = [c for c in ("dicom_id", "target", "pair_id") if not (row.get(c) or "").strip()]
@@ -172,6 +176,10 @@ def build_tasks(
             lesion = validate_lesion(row["target"].strip(), where=f"key_id {key_id} target")
         except InputError as exc:
             problems.append(str(exc))
+            continue
+        if key_id != f"{lesion}_{row['pair_id'].strip()}":
+            problems.append(f"key_id {key_id}: expected {lesion}_{row['pair_id'].strip()} "
+                            f"(<target>_<pair_id>)")
             continue
         dicom = row["dicom_id"].strip()
         tasks.append(DeformationTask(

@@ -139,6 +139,9 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
     if shortfalls:
         logger.warning("fewer cases than requested, taking all available (selected/requested): "
                        "%s", ", ".join(shortfalls))
+    if not selected:
+        raise SchemaError("nothing to export: the QA results hold no case for any lesion/path "
+                          "(check the Stage 02 summary.json for cases that failed)")
     return selected, per_lesion
 
 
