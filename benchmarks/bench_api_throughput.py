@@ -4,8 +4,9 @@ Builds, in a temporary folder, a synthetic benchmark bundle (``chexpercept.json`
 1024x1024 PNG hard-linked for every image) of ``--cases`` cases with full dialogue paths
 (revision-required 9 turns, revision-free 6, lesion-free 1, cardiomegaly 5/2/1; about 4.7 turns
 a case), starts the loopback OpenAI-compatible server of ``tests/llm/loopback.py`` in a child
-process (so its threads do not share our GIL) with ``--latency`` seconds per request, and runs
-the ``openai`` provider (real SDK, real HTTP) through the async runner at ``--concurrency``:
+process (one asyncio event loop, so it neither shares our GIL nor adds thread hand-offs to the
+latency) with ``--latency`` seconds per request, and runs the ``openai`` provider (real SDK, real
+HTTP) through the async runner at ``--concurrency``:
 
 1. no faults: achieved requests/s over the Little's-law ceiling ``concurrency / latency``
    (64 / 0.2 s = 320/s; harness_anchors.md section 3.6 T1, target >= 0.9);

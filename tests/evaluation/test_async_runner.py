@@ -171,3 +171,47 @@ def test_record_writer_flushes_each_record_before_fsync(tmp_path):
     writer.append({"key_id": "a", "turn": "detection_qa"})
     assert json.loads(path.read_text().splitlines()[0])["key_id"] == "a"  # visible to readers
     writer.close()
+
+
+def test_longest_remaining_cases_start_first(bundle, tmp_path):
+    cases = validate_bundle(bundle)
+    fake = AsyncFake()
+    run_evaluation_async(bundle, cases, fake, _settings(), tmp_path / "run", concurrency=1)
+    longest = {c.key_id for c in cases if len(c.turns) == 9}
+    assert len(longest) == 2  # two workers at concurrency 1: both take a 9-turn case first
+    assert {r.request_id.split("/")[0] for r in fake.requests[:2]} == longest
+    last_case = fake.requests[-1].request_id.split("/")[0]
+    assert min(len(c.turns) for c in cases if c.key_id == last_case) <= 2
+
+
+@pytest.mark.parametrize("runner", ["sync", "async"])
+def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
+        bundle, tmp_path, runner):
+    """Cached per-case texts (runner.encode_results) join to io.dumps_json's exact bytes."""
+    from chexpercept.evaluation import runner as runner_module
+
+    cases = validate_bundle(bundle)
+    texts = []
+    write = runner_module._write_all_results
+
+    def spy(path, states, model_id):
+        n = write(path, states, model_id)
+        texts.append(path.read_text(encoding="utf-8"))
+        return n
+
+    settings = _settings(save_every=1)
+    with pytest.MonkeyPatch.context() as mp:
+        if runner == "sync":
+            mp.setattr(runner_module, "_write_all_results", spy)
+            run_evaluation(bundle, cases, ScriptedModel(_mixed), settings, tmp_path / "run")
+        else:
+            from chexpercept.evaluation import async_runner
+            mp.setattr(async_runner, "_write_all_results", spy)
+            run_evaluation_async(bundle, cases, AsyncFake(), settings, tmp_path / "run",
+                                 concurrency=2, checkpoint_interval_s=0.0)
+    assert len(texts) >= 3 and len({len(json.loads(t)) for t in texts}) >= 3
+    for text in texts:
+        assert text == io.dumps_json(json.loads(text))
+    assert texts[-1] == _all_results_text(tmp_path / "run")
+    assert runner_module._write_all_results(tmp_path / "empty.json", [], "m") == 0
+    assert (tmp_path / "empty.json").read_text() == io.dumps_json({})

@@ -17,11 +17,19 @@ headers), ``error_code`` (``error.code`` of the body), ``delay_s`` (sleep first)
 Run as a script for a separate-process server (benchmarks)::
 
     python tests/llm/loopback.py --latency 0.2 --fault-rate 0.05   # prints "PORT <n>"
+
+The script serves the same behaviour from one asyncio event loop
+(:meth:`LoopbackServer.serve_async`) instead of a thread per connection: with 64 keep-alive
+clients each sleeping 200 ms, the threaded server's GIL hand-offs and sleep wake-ups added
+~40 ms to every request and capped the benchmark's throughput at ~0.83 of the Little's-law
+ceiling with a bare SDK client; the event-loop server serves the same requests at ~0.94
+(benchmarks/bench_api_throughput.py). ``--threaded`` keeps the thread-per-connection server.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import json
 import sys
@@ -37,7 +45,8 @@ import numpy as np
 
 @dataclass
 class Seen:
-    """One request as the server saw it."""
+    """One request as the server saw it (``body`` parsed, ``raw`` as sent; both only with
+    ``keep_bodies``)."""
 
     method: str
     path: str
@@ -46,6 +55,7 @@ class Seen:
     t_arrival: float
     status: int = 200
     auth: str = ""
+    raw: bytes = b""
 
 
 @dataclass
@@ -134,6 +144,25 @@ class LoopbackServer:
             self._httpd.server_close()
             self._httpd = None
 
+    async def serve_async(self, ready: Callable[[int], None] | None = None) -> None:
+        """Serve on one asyncio event loop until cancelled (script mode; see the docstring).
+
+        Same behaviour, stats and ``seen`` as the threaded server for the actions of
+        :meth:`_next_action` (latency, jitter, injected 429/500, scripted ``status``,
+        ``headers``, ``error_code``, ``content``, ``finish_reason``, ``refusal``).
+
+        Args:
+            ready: Called with the bound port once listening.
+        """
+        loop = asyncio.get_running_loop()
+        httpd = await loop.create_server(lambda: _AsyncHandler(self), "127.0.0.1", 0,
+                                         backlog=_Server.request_queue_size)
+        self._async_port = httpd.sockets[0].getsockname()[1]
+        if ready is not None:
+            ready(self._async_port)
+        async with httpd:
+            await httpd.serve_forever()
+
     def __enter__(self) -> LoopbackServer:
         return self.start()
 
@@ -181,6 +210,120 @@ def _completion_body(model: str, text: str | None, finish: str, refusal: str | N
     }
 
 
+def _stats_payload(server: LoopbackServer) -> dict[str, Any]:
+    with server._lock:
+        return {"by_status": {str(k): v for k, v in server.stats.by_status.items()},
+                "chat_requests": server.stats.chat_requests,
+                "max_in_flight": server.stats.max_in_flight}
+
+
+class _AsyncHandler(asyncio.Protocol):
+    """One keep-alive connection of :meth:`LoopbackServer.serve_async` (one request at a time)."""
+
+    def __init__(self, server: LoopbackServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._next_request()
+
+    def _next_request(self) -> None:
+        if self.busy or self.transport is None:
+            return
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        lines = self.buffer[:end].decode("latin-1").split("\r\n")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        if len(self.buffer) < end + 4 + length:
+            return
+        raw = self.buffer[end + 4:end + 4 + length]
+        self.buffer = self.buffer[end + 4 + length:]
+        method, path, version = (lines[0].split(" ") + ["", "", ""])[:3]
+        close = (headers.get("connection", "").lower() == "close"
+                 or version.upper() == "HTTP/1.0")
+        self.busy = True
+        if method == "GET":
+            self._send(200, _stats_payload(self.server), None, close)
+        else:
+            self._chat(path, headers, raw, close)
+
+    def _chat(self, path: str, headers: dict[str, str], raw: bytes, close: bool) -> None:
+        server = self.server
+        arrival = time.monotonic()
+        try:
+            body = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            body = None
+        seen = Seen("POST", path, {k: ("<present>" if k in ("authorization", "api-key") else v)
+                                   for k, v in headers.items()},
+                    body if server.keep_bodies else None, arrival,
+                    auth=headers.get("authorization") or headers.get("api-key") or "",
+                    raw=raw if server.keep_bodies else b"")
+        with server._lock:
+            server.seen.append(seen)
+            server.stats.chat_requests += 1
+            server.stats.in_flight += 1
+            server.stats.max_in_flight = max(server.stats.max_in_flight, server.stats.in_flight)
+        action = server._next_action()
+        asyncio.get_running_loop().call_later(float(action.get("delay_s") or 0.0), self._answer,
+                                              seen, action, body, len(raw), close)
+
+    def _answer(self, seen: Seen, action: dict[str, Any], body: dict[str, Any] | None,
+                raw_length: int, close: bool) -> None:
+        server = self.server
+        status = int(action.get("status", 200))
+        seen.status = status
+        with server._lock:
+            server.stats.by_status[status] += 1
+            server.stats.in_flight -= 1
+        if status != 200:
+            err = {"error": {"message": f"loopback {status}", "type": "loopback",
+                             "param": None, "code": action.get("error_code")}}
+            self._send(status, err, action.get("headers"), close)
+            return
+        text = action["content"] if "content" in action else server.answer(body or {})
+        self._send(200, _completion_body(
+            (body or {}).get("model", "loopback"), text, action.get("finish_reason", "stop"),
+            action.get("refusal"), raw_length // 4), action.get("headers"), close)
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None,
+              close: bool) -> None:
+        self.busy = False
+        if self.transport is None or self.transport.is_closing():
+            return  # the client gave up
+        data = json.dumps(payload).encode("utf-8")
+        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
+                "Content-Type: application/json", f"Content-Length: {len(data)}"]
+        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        if close:
+            head.append("Connection: close")
+        self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
+        if close:
+            self.transport.close()
+            return
+        if self.buffer:
+            self._next_request()
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+            404: "Not Found", 422: "Unprocessable Entity", 429: "Too Many Requests",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
 def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -203,11 +346,7 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (timeout test)
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
-            with server._lock:
-                stats = {"by_status": {str(k): v for k, v in server.stats.by_status.items()},
-                         "chat_requests": server.stats.chat_requests,
-                         "max_in_flight": server.stats.max_in_flight}
-            self._send(200, stats)
+            self._send(200, _stats_payload(server))
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
             arrival = time.monotonic()
@@ -221,7 +360,8 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                                    else v) for k, v in self.headers.items()}
             seen = Seen("POST", self.path, headers, body if server.keep_bodies else None,
                         arrival, auth=self.headers.get("Authorization")
-                        or self.headers.get("api-key") or "")
+                        or self.headers.get("api-key") or "",
+                        raw=raw if server.keep_bodies else b"")
             with server._lock:
                 server.seen.append(seen)
                 server.stats.chat_requests += 1
@@ -261,14 +401,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--retry-after", default="0.05")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threaded", action="store_true",
+                        help="serve with the threaded http.server instead of asyncio")
     args = parser.parse_args(argv)
     server = LoopbackServer(latency_s=args.latency, jitter_s=args.jitter,
                             fault_rate=args.fault_rate, retry_after=args.retry_after,
-                            seed=args.seed, keep_bodies=False).start()
-    print(f"PORT {server.port}", flush=True)
+                            seed=args.seed, keep_bodies=False)
     try:
-        while True:
-            time.sleep(3600)
+        if args.threaded:
+            server.start()
+            print(f"PORT {server.port}", flush=True)
+            while True:
+                time.sleep(3600)
+        else:
+            asyncio.run(server.serve_async(lambda port: print(f"PORT {port}", flush=True)))
     except KeyboardInterrupt:
         pass
     finally:

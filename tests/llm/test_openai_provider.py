@@ -287,3 +287,41 @@ def test_cli_missing_key_is_one_clean_line(tmp_path, monkeypatch, capsys, provid
     assert run_main(script["main"], argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and all(name in err for name in names)
+
+
+@pytest.mark.parametrize("model, kw", [
+    ("gpt-5.4", {}),
+    ("qwen3-vl", {"image_detail": "low", "no_thinking": True, "temperature": 0.7}),
+])
+def test_sent_body_bytes_equal_the_sdk_json_encoding(server, png, model, kw):
+    from openai._utils._json import openapi_dumps
+
+    m = _model(server, model, **kw)
+    request = TurnRequest((Message("system", 'sys "quoted" ≥ é\n'),
+                           Message("user", "first ✓?", (png, str(png))),
+                           Message("assistant", "Answer: 2"),
+                           Message("user", "second?", (png,))), request_id="case/turn")
+    assert m.generate([request])[0].status == "ok"
+    asyncio.run(m.agenerate(request))
+    expected = openapi_dumps(m._body(request))
+    assert [s.raw for s in server.chat_requests()] == [expected, expected]
+    assert server.chat_requests()[0].headers["content-type"] == "application/json"
+
+
+def test_image_cache_scales_with_concurrency_and_bounds_bytes(tmp_path, png):
+    from utils.llm._api import ImageCache
+
+    assert _model_free(concurrency=64).images.size == 512
+    cache = ImageCache(size=10, max_bytes=3 * len(ImageCache().get(png, "data_url")))
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"{i}.png")
+        paths[-1].write_bytes(png.read_bytes())
+        cache.get(paths[-1], "data_url")
+    assert len(cache._items) == 3 and cache.nbytes <= cache.max_bytes
+    assert [k[0] for k in cache._items] == [str(p) for p in paths[2:]]
+    assert cache.get(png, "data_url_json") == json.dumps(cache.get(png, "data_url")).encode()
+
+
+def _model_free(**kw):
+    return OpenAIChatModel("gpt-5.4", base_url="http://127.0.0.1:9/v1", env={}, **kw)

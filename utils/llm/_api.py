@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -30,35 +31,62 @@ DEFAULT_TIMEOUT_S = 600.0
 #: Output-token budget per call (spec section 5.7: ``max_completion_tokens`` / ``max_output_tokens``
 #: 8192 in the release).
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
-#: Encoded images kept in memory; a case resends its earlier images every turn (spec 5.3).
+#: Encoded images kept in memory, at least; a case resends its earlier images every turn (spec
+#: 5.3), so the cache must hold the images of every open case: the async runner keeps
+#: ``2 * concurrency`` cases open with up to 7 images each (revision-required path), hence
+#: :data:`IMAGES_PER_SLOT` entries per request in flight. A count of 256 thrashed at concurrency
+#: 64 (3 file reads + base64 encodes per request; benchmarks/bench_api_throughput.py).
 _IMAGE_CACHE_SIZE = 256
+#: Cache entries per request in flight (see above).
+IMAGES_PER_SLOT = 8
+#: Most bytes of encoded images kept (the count bound applies too).
+IMAGE_CACHE_BYTES = 1 << 30
 
 
 class ImageCache:
-    """Small LRU of encoded image files (data URL or raw bytes + MIME type), keyed by path."""
+    """LRU of encoded image files keyed by path, bounded by entries and by bytes.
 
-    def __init__(self, size: int = _IMAGE_CACHE_SIZE) -> None:
+    Args:
+        size: Most entries.
+        max_bytes: Most bytes of cached values (data URLs count one byte per character).
+    """
+
+    def __init__(self, size: int = _IMAGE_CACHE_SIZE, max_bytes: int = IMAGE_CACHE_BYTES) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._items: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
 
-    def get(self, path: Path, kind: str) -> Any:
-        """``kind`` ``data_url`` -> str; ``bytes`` -> (bytes, mime).
+    def get(self, path: str | Path, kind: str) -> Any:
+        """The encoded file, cached.
+
+        ``kind`` ``data_url`` -> str; ``data_url_json`` -> the data URL as a UTF-8 JSON string
+        literal (bytes, quotes included); ``bytes`` -> (bytes, mime).
 
         Raises:
             ProviderError: If the file is missing or not an image (names the path).
         """
         key = (str(path), kind)
-        if key in self._items:
+        item = self._items.get(key)
+        if item is not None:
             self._items.move_to_end(key)
-            return self._items[key]
+            return item[0]
+        value: Any
         if kind == "data_url":
-            value: Any = _images.image_data_url(path)
+            value = _images.image_data_url(path)
+            nbytes = len(value)
+        elif kind == "data_url_json":
+            value = json.dumps(_images.image_data_url(path), ensure_ascii=False).encode("utf-8")
+            nbytes = len(value)
         else:
             data = _images.read_image_bytes(path)
             value = (data, _images.image_mime_type(data, path))
-        self._items[key] = value
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
+            nbytes = len(data)
+        self._items[key] = (value, nbytes)
+        self.nbytes += nbytes
+        while len(self._items) > 1 and (len(self._items) > self.size
+                                        or self.nbytes > self.max_bytes):
+            self.nbytes -= self._items.popitem(last=False)[1][1]
         return value
 
 
@@ -88,7 +116,7 @@ class ApiChatModel(ChatModel):
         self.timeout_s = float(timeout_s)
         self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
                                self._classify, self.provider)
-        self.images = ImageCache()
+        self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency))
 
     # -- subclass hooks -------------------------------------------------------------------
     @abc.abstractmethod

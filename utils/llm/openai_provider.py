@@ -68,6 +68,15 @@ def no_thinking_effort(model: str) -> str:
     return "minimal" if name.startswith("gpt-5") else "low"
 
 
+#: The SDK's JSON encoding of request bodies (``openai._utils._json.openapi_dumps``: no ASCII
+#: escaping, compact separators, no NaN), so pre-encoded bodies are byte-identical to it.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _dumps(value: Any) -> bytes:
+    return _JSON.encode(value).encode("utf-8")
+
+
 def build_messages(request: TurnRequest, images: Any, image_detail: str | None = None
                    ) -> list[dict[str, Any]]:
     """OpenAI chat messages: text first, then each image as a base64 data URL part.
@@ -88,7 +97,7 @@ def build_messages(request: TurnRequest, images: Any, image_detail: str | None =
         if message.images:
             parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
             for path in message.images:
-                image_url: dict[str, Any] = {"url": images.get(Path(path), "data_url")}
+                image_url: dict[str, Any] = {"url": images.get(path, "data_url")}
                 if image_detail:
                     image_url["detail"] = image_detail
                 parts.append({"type": "image_url", "image_url": image_url})
@@ -96,6 +105,49 @@ def build_messages(request: TurnRequest, images: Any, image_detail: str | None =
         else:
             out.append({"role": message.role, "content": message.text})
     return out
+
+
+def encode_body(model: str, request: TurnRequest, images: Any, image_detail: str | None,
+                params: Mapping[str, Any]) -> bytes:
+    """The request body as UTF-8 JSON bytes.
+
+    Byte-identical to the SDK's encoding (``openapi_dumps``) of
+    ``{"model": model, "messages": build_messages(...), **params}``.
+
+    Built from fragments instead of a dict tree: every earlier image of the case is re-sent each
+    turn (spec section 5.3), and each image part is encoded once per file
+    (:class:`~utils.llm._api.ImageCache` kind ``data_url_json``) rather than re-walked and
+    re-escaped by ``json.dumps`` per request; measured with benchmarks/bench_api_throughput.py.
+
+    Args:
+        model: The ``model`` field.
+        request: The turn request.
+        images: An :class:`~utils.llm._api.ImageCache`.
+        image_detail: ``detail`` of image parts, or None (not sent).
+        params: Generation parameters appended after ``messages`` (in order).
+
+    Returns:
+        The body bytes (POSTed as ``application/json``).
+
+    Raises:
+        ProviderError: If an image file is missing or not an image.
+    """
+    detail = b',"detail":' + _dumps(image_detail) if image_detail else b""
+    out = [b'{"model":', _dumps(model), b',"messages":[']
+    for i, message in enumerate(request.messages):
+        if i:
+            out.append(b",")
+        out += [b'{"role":', _dumps(message.role), b',"content":']
+        if message.images:
+            out += [b'[{"type":"text","text":', _dumps(message.text), b"}"]
+            for path in message.images:
+                out += [b',{"type":"image_url","image_url":{"url":',
+                        images.get(path, "data_url_json"), detail, b"}}"]
+            out.append(b"]}")
+        else:
+            out += [_dumps(message.text), b"}"]
+    out.append(b"]," + _dumps(dict(params))[1:] if params else b"]}")
+    return b"".join(out)
 
 
 class OpenAIChatModel(ApiChatModel):
@@ -181,9 +233,10 @@ class OpenAIChatModel(ApiChatModel):
             kwargs["base_url"] = self.base_url
         return kwargs
 
-    def _make_client(self, asynchronous: bool) -> Any:
+    def _make_client(self, asynchronous: bool, http_client: Any = None) -> Any:
         cls = self._openai.AsyncOpenAI if asynchronous else self._openai.OpenAI
-        http = self._async_http_client if asynchronous else self._http_client
+        http = http_client if http_client is not None else (
+            self._async_http_client if asynchronous else self._http_client)
         kwargs = self._client_kwargs()
         if http is not None:
             kwargs["http_client"] = http
@@ -207,28 +260,42 @@ class OpenAIChatModel(ApiChatModel):
 
     # -- calls ----------------------------------------------------------------------------
     def _body(self, request: TurnRequest) -> dict[str, Any]:
+        """The request body as a dict (reference of :meth:`_encoded_body`; tests)."""
         return {"model": self.api_model,
                 "messages": build_messages(request, self.images, self.image_detail),
                 **self.request_params()}
 
-    # The body is already plain JSON, so it is POSTed with the SDK's documented custom-request
-    # method (``client.post(path, cast_to=httpx2.Response, body=...)``) rather than
+    def _encoded_body(self, request: TurnRequest) -> bytes:
+        """The body bytes (:func:`encode_body`; the SDK's JSON of :meth:`_body`)."""
+        return encode_body(self.api_model, request, self.images, self.image_detail,
+                           self.request_params())
+
+    def _post_body(self, request: TurnRequest) -> dict[str, Any]:
+        """Body keyword of ``client.post``: the pre-encoded bytes as ``content``."""
+        return {"content": self._encoded_body(request)}
+
+    # The body is plain JSON, so it is POSTed with the SDK's documented custom-request method
+    # (``client.post(path, cast_to=httpx2.Response, body=...)``) rather than
     # ``chat.completions.create``, whose per-call TypedDict transform walks every message part
     # (about 24 ms of CPU per 9-turn request with images) and whose pydantic response model
-    # costs another ~0.5 ms; measured with benchmarks/bench_api_throughput.py. Auth, base URL,
-    # Azure deployment routing, timeouts and the mapping of HTTP errors to
-    # ``openai.APIStatusError`` subclasses are the SDK's, unchanged; the JSON is read here.
+    # costs another ~0.5 ms; the body is given already encoded (``content=`` bytes, which the
+    # SDK sends as they are, with its ``Content-Type: application/json``; see
+    # :func:`encode_body`), except for Azure, whose SDK client reads the deployment for the URL
+    # from a dict body (:meth:`AzureOpenAIChatModel._post_body`). Measured
+    # with benchmarks/bench_api_throughput.py. Auth, base URL, Azure deployment routing,
+    # timeouts and the mapping of HTTP errors to ``openai.APIStatusError`` subclasses are the
+    # SDK's, unchanged; the JSON is read here.
     def _call(self, request: TurnRequest) -> Any:
         if self._client is None:
             self._client = self._make_client(asynchronous=False)
         return self._client.post("/chat/completions", cast_to=self._raw_response_type,
-                                 body=self._body(request)).json()
+                                 **self._post_body(request)).json()
 
     async def _acall(self, request: TurnRequest) -> Any:
         clients = self._aclient.get(self._make_async_clients)
         self._next_client = (self._next_client + 1) % len(clients)
         response = await clients[self._next_client].post(
-            "/chat/completions", cast_to=self._raw_response_type, body=self._body(request))
+            "/chat/completions", cast_to=self._raw_response_type, **self._post_body(request))
         return response.json()
 
     def _make_async_clients(self) -> list[Any]:
@@ -237,12 +304,18 @@ class OpenAIChatModel(ApiChatModel):
         httpcore's connection pool scans every pooled connection (a socket poll each) on every
         request, so one pool of 64 connections cost about 1 ms of CPU per request; several
         small pools used round-robin keep that cost flat (benchmarks/bench_api_throughput.py).
-        A client given by the caller (tests) is used alone.
+        A client given by the caller (tests) is used alone. The clients share one TLS context
+        (the SDK's default transport loads the CA bundle per client: ~50 ms of CPU each).
         """
         if self._async_http_client is not None:
             return [self._make_client(asynchronous=True)]
         count = max(1, -(-self.concurrency // CONNECTIONS_PER_CLIENT))
-        return [self._make_client(asynchronous=True) for _ in range(count)]
+        if count == 1:
+            return [self._make_client(asynchronous=True)]
+        tls = require("httpx2", "openai", f"the {self.provider} provider").create_ssl_context()
+        return [self._make_client(asynchronous=True,
+                                  http_client=self._openai.DefaultAsyncHttpxClient(verify=tls))
+                for _ in range(count)]
 
     def _to_completion(self, response: Any) -> Completion:
         if not isinstance(response, dict):
@@ -369,13 +442,18 @@ class AzureOpenAIChatModel(OpenAIChatModel):
         """The deployment name (Azure routes by deployment)."""
         return self.deployment
 
+    def _post_body(self, request: TurnRequest) -> dict[str, Any]:
+        """A dict body: ``AzureOpenAI`` builds ``/deployments/<model>/...`` from its ``model``."""
+        return {"body": self._body(request)}
+
     def _client_kwargs(self) -> dict[str, Any]:
         return {"api_key": self._api_key, "azure_endpoint": self.endpoint,
                 "api_version": self.api_version, "max_retries": 0, "timeout": self.timeout_s}
 
-    def _make_client(self, asynchronous: bool) -> Any:
+    def _make_client(self, asynchronous: bool, http_client: Any = None) -> Any:
         cls = self._openai.AsyncAzureOpenAI if asynchronous else self._openai.AzureOpenAI
-        http = self._async_http_client if asynchronous else self._http_client
+        http = http_client if http_client is not None else (
+            self._async_http_client if asynchronous else self._http_client)
         kwargs = self._client_kwargs()
         if http is not None:
             kwargs["http_client"] = http

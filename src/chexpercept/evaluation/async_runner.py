@@ -7,21 +7,24 @@ manifest rules, reusing its building blocks (:func:`~chexpercept.evaluation.runn
 live only there.
 
 Scheduling (harness_anchors.md sections 3.5 item 1 and 3.6 T1/T2): ``2 * concurrency`` workers
-each take the next unfinished case in selection order and run its turns in order, one
-``model.agenerate`` per turn; a global ``asyncio.Semaphore(concurrency)`` bounds the requests in
-flight. A request sleeping in retry backoff hands its permit back
-(:class:`utils.llm.retry.InFlightSlot`), which is why there are more open cases than permits.
-A slow request delays only its own case, never a whole turn index, and cases finish early
-(depth first), so checkpoints of ``all_results.json`` hold whole cases and prefix caches see one
-conversation's turns back to back.
+each take the next unfinished case and run its turns in order, one ``model.agenerate`` per
+turn; a global ``asyncio.Semaphore(concurrency)`` bounds the requests in flight. Cases are taken
+longest remaining path first (9 turns before 1; selection order among equals): a case's turns
+are sequential, so a 9-turn case started last would run alone for 9 latencies at the end
+(longest-processing-time-first scheduling; the results do not depend on the order). A request
+sleeping in retry backoff hands its permit back (:class:`utils.llm.retry.InFlightSlot`), which
+is why there are more open cases than permits. A slow request delays only its own case, never a
+whole turn index, and cases finish early (depth first), so checkpoints of ``all_results.json``
+hold whole cases and prefix caches see one conversation's turns back to back.
 
 Durability: each record is appended and flushed to the OS as its turn completes, so a killed
 process (SIGKILL) loses at most the requests in flight; ``fsync`` runs every
 ``fsync_every`` records or ``fsync_interval_s`` seconds and at the end (an fsync per record
 would stall the event loop; only a machine crash can lose the un-fsynced tail). A partial last
 line is repaired on resume. ``all_results.json`` is rebuilt after ``save_every`` newly finished
-cases but at most every ``checkpoint_interval_s`` seconds (a rebuild walks every case; the
-records are the source of truth), and always at the end.
+cases but at most every ``checkpoint_interval_s`` seconds, and always at the end; each case's
+result is built and encoded once, as it finishes (``runner.encode_results``), so a checkpoint
+only joins cached texts (the records are the source of truth).
 
 A provider's ``ProviderError`` (auth, bad request) stops the run: in-flight requests are
 cancelled, recorded turns stay, and a re-run resumes.
@@ -46,6 +49,7 @@ from chexpercept.evaluation.runner import (
     EvalSettings,
     RunSummary,
     _write_all_results,
+    encode_results,
     finalize_summary,
     finish_turn,
     open_run,
@@ -114,10 +118,13 @@ class RecordWriter:
 
 async def _run(cases_states: list[Any], model: ChatModel, settings: EvalSettings,
                writer: RecordWriter, summary: RunSummary, concurrency: int,
-               checkpoint: Any) -> dict[str, Any]:
+               checkpoint: Any, results_file: Path) -> dict[str, Any]:
     """Run every unfinished case; returns scheduling statistics."""
     semaphore = asyncio.Semaphore(concurrency)
-    queue = [s for s in cases_states if not s.dialogue.finished]
+    # longest remaining path first (stable: selection order among equals), so the run ends on
+    # short cases rather than on a few 9-turn ones running alone (see the module docstring)
+    queue = sorted((s for s in cases_states if not s.dialogue.finished), reverse=True,
+                   key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
     position = 0
     stats: dict[str, Any] = {"in_flight": 0, "max_in_flight": 0, "requests": 0,
                              "attempts": 0, "statuses": Counter()}
@@ -142,6 +149,7 @@ async def _run(cases_states: list[Any], model: ChatModel, settings: EvalSettings
             writer.append(finish_turn(state, prep, completion, summary, settings.model,
                                       completion.latency_s))
             if state.dialogue.finished:
+                encode_results(results_file, (state,), settings.model)
                 checkpoint(False)
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_S:
@@ -236,7 +244,7 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     stats: dict[str, Any] = {}
     try:
         stats = asyncio.run(_run(opened.active_states, model, settings, writer, summary,
-                                 concurrency, checkpoint))
+                                 concurrency, checkpoint, opened.results_file))
     finally:
         writer.close()
         if dirty or writer.written or not opened.results_file.exists():
