@@ -233,8 +233,11 @@ class OpenAIChatModel(ApiChatModel):
             kwargs["base_url"] = self.base_url
         return kwargs
 
+    #: SDK client class names (sync, async); Azure overrides them.
+    _client_classes = ("OpenAI", "AsyncOpenAI")
+
     def _make_client(self, asynchronous: bool, http_client: Any = None) -> Any:
-        cls = self._openai.AsyncOpenAI if asynchronous else self._openai.OpenAI
+        cls = getattr(self._openai, self._client_classes[int(asynchronous)])
         http = http_client if http_client is not None else (
             self._async_http_client if asynchronous else self._http_client)
         kwargs = self._client_kwargs()
@@ -450,14 +453,7 @@ class AzureOpenAIChatModel(OpenAIChatModel):
         return {"api_key": self._api_key, "azure_endpoint": self.endpoint,
                 "api_version": self.api_version, "max_retries": 0, "timeout": self.timeout_s}
 
-    def _make_client(self, asynchronous: bool, http_client: Any = None) -> Any:
-        cls = self._openai.AsyncAzureOpenAI if asynchronous else self._openai.AzureOpenAI
-        http = http_client if http_client is not None else (
-            self._async_http_client if asynchronous else self._http_client)
-        kwargs = self._client_kwargs()
-        if http is not None:
-            kwargs["http_client"] = http
-        return cls(**kwargs)
+    _client_classes = ("AzureOpenAI", "AsyncAzureOpenAI")
 
     def describe(self) -> dict[str, Any]:
         """Manifest settings: deployment, endpoint and api-version included (no key)."""
