@@ -108,7 +108,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, found {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a mapping at the top level, "
+                          f"found {type(data).__name__}")
     return data
 
 

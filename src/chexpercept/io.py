@@ -514,7 +514,8 @@ def git_state(repo: str | Path) -> dict[str, Any]:
     """The git commit and dirty flag of ``repo`` (None/None outside a git checkout)."""
     try:
         commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
-                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+                                capture_output=True, text=True, timeout=10,
+                                check=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
                                     capture_output=True, text=True, timeout=10,
                                     check=True).stdout.strip())
@@ -543,8 +544,10 @@ _META_PACKAGES = ("chexpercept", "numpy", "scipy", "pandas", "pillow", "opencv-p
 
 def write_run_meta(out_dir: str | Path, *, stage: str, config: Any, seeds: Mapping[str, int],
                    repo_root: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
-    """Write ``<out_dir>/run_meta.json``: schema version, resolved config (secrets removed),
-    seeds, git state, package versions, timestamps.
+    """Write ``<out_dir>/run_meta.json`` describing how a stage's outputs were made.
+
+    It holds the schema version, the resolved config (secrets removed), seeds, git state,
+    package versions and timestamps.
 
     Timestamps and versions make this file differ between runs; it is kept apart from the
     artifacts that must be byte-identical.
@@ -620,7 +623,7 @@ class CurationLayout:
     out: Path
 
     def segmentation_info(self, kind: str) -> Path:
-        """``{global,basic}_segmentation_info.json`` or ``global_segmentation_negative_info.json``."""
+        """``{global,basic}_segmentation_info.json`` / ``global_segmentation_negative_info.json``."""
         names = {"global": "global_segmentation_info.json",
                  "basic": "basic_segmentation_info.json",
                  "negative": "global_segmentation_negative_info.json"}
@@ -731,7 +734,7 @@ class DeformationLayout:
         return self.out / "anatomy_summary.json"
 
     def item_json(self, key_id: str) -> Path:
-        """Per-case result written as soon as a case finishes (resume): ``deformation_results/items/<key_id>.json``."""
+        """``deformation_results/items/<key_id>.json``, written when a case finishes (resume)."""
         return self.out / "deformation_results" / "items" / f"{key_id}.json"
 
     @property
@@ -892,5 +895,5 @@ PLOT_NAMES = ("plot_stage_accuracy.png", "plot_contour_revision_detail.png",
 
 
 def all_models_dir(out_root: str | Path, oracle_setting: str) -> Path:
-    """``<out_root>/all_models_oracle_<setting>/`` (default out_root: ``src/04_analyze_eval_result``)."""
+    """``<out_root>/all_models_oracle_<setting>/`` (default out_root: Stage 04's folder)."""
     return Path(out_root) / f"all_models_oracle_{oracle_setting}"

@@ -358,7 +358,7 @@ class ComponentOverlap(_Open):
 
 
 class GeometricalMaskInfo(_Open):
-    """One entry of ``geometrical_mask_infos``: geometry of optimal component ``mask_component_id``."""
+    """One ``geometrical_mask_infos`` entry: geometry of optimal component ``mask_component_id``."""
 
     mask_component_id: str
     overlap: ComponentOverlap
@@ -455,7 +455,7 @@ class PointQA(_Open):
 
 
 class MaskOption(_Open):
-    """A revision-result option; ``relative_path`` is relative to ``contour_qa/contour_revision_qa/``."""
+    """A revision-result option; ``relative_path`` is under ``contour_qa/contour_revision_qa/``."""
 
     type: Literal["true", "fake"]
     masks: list[str]
