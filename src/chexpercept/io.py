@@ -623,7 +623,7 @@ class CurationLayout:
     out: Path
 
     def segmentation_info(self, kind: str) -> Path:
-        """``{global,basic}_segmentation_info.json`` / ``global_segmentation_negative_info.json``."""
+        """The three ``*_segmentation_*info.json`` sampling files."""
         names = {"global": "global_segmentation_info.json",
                  "basic": "basic_segmentation_info.json",
                  "negative": "global_segmentation_negative_info.json"}
