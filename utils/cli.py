@@ -23,6 +23,22 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _PROGRESS_ENABLED = True
 
 
+def positive_int(text: str) -> int:
+    """Parse an int >= 1 (an argparse ``type``)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """Parse an int >= 0 (an argparse ``type``)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_config_arg(parser: argparse.ArgumentParser, default: str | None) -> None:
     """Add ``--config`` (path to the YAML config)."""
     parser.add_argument(

@@ -40,7 +40,14 @@ from chexpercept.evaluation.cost_estimate import (
 )
 from chexpercept.evaluation.sharding import check_part, select_part
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+from utils.cli import (
+    add_common_args,
+    add_config_arg,
+    positive_int,
+    progress,
+    run_main,
+    setup_logging,
+)
 from utils.llm.registry import (
     BASELINE_MODEL,
     BASELINE_PROVIDERS,
@@ -56,13 +63,6 @@ from utils.llm.registry import (
 logger = logging.getLogger("03_eval")
 
 DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _provider_arg(text: str) -> str:
@@ -87,21 +87,21 @@ def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
                        help="Local model folder to load instead of the alias's HF id; the "
                             "alias keeps its settings (default: none, the HF id).")
     group.add_argument("--tensor-parallel-size", "--tensor_parallel_size",
-                       dest="tensor_parallel_size", type=_positive_int, default=None,
+                       dest="tensor_parallel_size", type=positive_int, default=None,
                        help="vLLM tensor parallel size (default: every visible GPU, capped "
                             "by the model's gpu_num).")
     group.add_argument("--max-model-len", "--max_model_len", dest="max_model_len",
-                       type=_positive_int, default=None,
+                       type=positive_int, default=None,
                        help="vLLM context length in tokens (default: the model registry's, "
                             "65536 for most aliases).")
     group.add_argument("--gpu-memory-utilization", "--gpu_memory_utilization",
                        dest="gpu_memory_utilization", type=_fraction, default=None,
                        help="Fraction of GPU memory vLLM may use, in (0, 1] (default: 0.85).")
     group.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens",
-                       type=_positive_int, default=None,
+                       type=positive_int, default=None,
                        help="Output-token cap per turn for the local providers "
                             "(default: 8192).")
-    group.add_argument("--batch-size", "--batch_size", dest="batch_size", type=_positive_int,
+    group.add_argument("--batch-size", "--batch_size", dest="batch_size", type=positive_int,
                        default=None,
                        help="transformers: conversations per generate call (default: 8; "
                             "Hulu-Med: 1).")
@@ -130,7 +130,7 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--api-keys", "--api_keys", dest="api_keys", default=None,
                        help="api_keys.yaml, read only when the provider's key is not in the "
                             "environment (default: api_info/api_keys.yaml in the repository).")
-    group.add_argument("--concurrency", type=_positive_int, default=None,
+    group.add_argument("--concurrency", type=positive_int, default=None,
                        help=f"Requests in flight for API providers (default: "
                             f"{DEFAULT_CONCURRENCY}).")
     group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
@@ -183,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None,
                         help=f"Model alias or id (default: '{BASELINE_MODEL}' for "
                              f"{'/'.join(BASELINE_PROVIDERS)}, else '{DEFAULT_MODEL}').")
-    parser.add_argument("--limit", type=_positive_int, default=None,
+    parser.add_argument("--limit", type=positive_int, default=None,
                         help="Evaluate only the first N cases in JSON order (default: all).")
     parser.add_argument("--per_path_limit", "--per-path-limit", dest="per_path_limit",
-                        type=_positive_int, default=None,
+                        type=positive_int, default=None,
                         help="First N cases of each path (lesion_free, revision_free, "
                              "revision_required); overrides --limit (default: no limit).")
     parser.add_argument("--debug", action="store_true",
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "gets a _no_thinking suffix (default: off).")
     parser.add_argument("--resume", action="store_true",
                         help="Accepted for compatibility: runs always resume (default: off).")
-    parser.add_argument("--save-every", "--save_every", dest="save_every", type=_positive_int,
+    parser.add_argument("--save-every", "--save_every", dest="save_every", type=positive_int,
                         default=10,
                         help="Rewrite all_results.json after N newly finished cases "
                              "(default: %(default)s).")

@@ -23,18 +23,11 @@ from collections.abc import Sequence
 from chexpercept import io
 from chexpercept.evaluation import load_bundle, select_key_ids
 from chexpercept.evaluation.sharding import merge_parts, write_merged
-from utils.cli import add_common_args, run_main, setup_logging
+from utils.cli import add_common_args, positive_int, run_main, setup_logging
 
 logger = logging.getLogger("03_merge_parts")
 
 DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,16 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="The run folder holding part_<i>_of_<n>/ "
                              "(<output-path>/<provider>_<model>/oracle_<setting>/; required).")
     parser.add_argument("--total-parts", "--total_parts", dest="total_parts",
-                        type=_positive_int, required=True,
+                        type=positive_int, required=True,
                         help="Number of parts the run was split into (required).")
     parser.add_argument("--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
                         default=str(DEFAULT_BENCHMARK_DIR),
                         help="The benchmark the parts ran on (default: %(default)s).")
-    parser.add_argument("--limit", type=_positive_int, default=None,
+    parser.add_argument("--limit", type=positive_int, default=None,
                         help="The --limit the parts ran with: only these cases must be "
                              "complete (default: every case).")
     parser.add_argument("--per_path_limit", "--per-path-limit", dest="per_path_limit",
-                        type=_positive_int, default=None,
+                        type=positive_int, default=None,
                         help="The --per_path_limit the parts ran with (default: none).")
     add_common_args(parser)
     return parser

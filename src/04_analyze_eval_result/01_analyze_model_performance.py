@@ -54,27 +54,21 @@ from chexpercept.analysis import (
     write_report,
 )
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, progress, run_main, setup_logging
+from utils.cli import (
+    add_common_args,
+    add_config_arg,
+    non_negative_int,
+    positive_int,
+    progress,
+    run_main,
+    setup_logging,
+)
 
 logger = logging.getLogger("04_analyze_eval_result")
 
 DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
 DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
 DEFAULT_BOOTSTRAP = 1000
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Analyse every run and write the all-models CSVs and plots (default: on when "
              "neither --provider nor --model is given; cannot be combined with them).")
     parser.add_argument(
-        "--limit", type=_positive_int, default=None,
+        "--limit", type=positive_int, default=None,
         help="Use only the first N cases of each run, in file order (default: all).")
     parser.add_argument(
         "--output-dir", "--output_dir", dest="output_dir", default=str(DEFAULT_OUTPUT_DIR),
@@ -116,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Benchmark folder holding chexpercept.json, read for the chance rows' option "
              "counts; if it is missing the chance rows are NA (default: %(default)s).")
     parser.add_argument(
-        "--bootstrap", type=_non_negative_int, default=DEFAULT_BOOTSTRAP,
+        "--bootstrap", type=non_negative_int, default=DEFAULT_BOOTSTRAP,
         help="Bootstrap resamples of cases for the 95%% intervals; 0 writes no intervals "
              "(default: %(default)s).")
     add_common_args(parser, seed=True)

@@ -35,19 +35,12 @@ from chexpercept.analysis import (
 from chexpercept.analysis.compare import format_comparison
 from chexpercept.analysis.report import format_cell
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+from utils.cli import add_common_args, add_config_arg, non_negative_int, run_main, setup_logging
 
 logger = logging.getLogger("04_analyze_eval_result")
 
 DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
 DEFAULT_BOOTSTRAP = 1000
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default=str(DEFAULT_OUTPUT_DIR),
                         help="Folder receiving paired_comparisons/<A>_vs_<B>.csv "
                              "(default: %(default)s).")
-    parser.add_argument("--bootstrap", type=_non_negative_int, default=DEFAULT_BOOTSTRAP,
+    parser.add_argument("--bootstrap", type=non_negative_int, default=DEFAULT_BOOTSTRAP,
                         help="Paired bootstrap resamples; 0 writes no intervals "
                              "(default: %(default)s).")
     add_common_args(parser, seed=True)

@@ -205,18 +205,21 @@ class _Question:
     images: tuple[Path, ...]
 
 
-def _point_text(option: PointOption) -> str:
+def point_text(option: PointOption) -> str:
+    """Option text of a point option: ``"<colour> point"``, or ``"None"``."""
     return "None" if option.point is None or option.color == "None" else f"{option.color} point"
 
 
-def _none_index(texts: Sequence[str]) -> int | None:
+def none_index(texts: Sequence[str]) -> int | None:
+    """1-based index of the "None ..." option of a multi-select question, if any."""
     for i, text in enumerate(texts, start=1):
         if text.strip().lower().startswith("none"):
             return i
     return None
 
 
-def _ordinal(n: int) -> str:
+def ordinal(n: int) -> str:
+    """English ordinal of a positive int: 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 
@@ -250,11 +253,11 @@ def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
             for name, qa, images in ((EXPANSION, exp, (layout.points_image(key_id),)),
                                      (CONTRACTION, con, ())):
                 out.append(_Question(name, qa.question,
-                                     tuple(_point_text(o) for o in qa.answer_options),
+                                     tuple(point_text(o) for o in qa.answer_options),
                                      qa.answer, tuple(qa.answer_index), True, images))
             out.append(_Question(
                 REVISION_RESULT, res.question,
-                tuple(f"{_ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)),
+                tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)),
                 res.answer, res.answer_index, False,
                 tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options)))
     attrs = item.attribute_extraction_qa
@@ -282,7 +285,7 @@ def _answer_problems(q: _Question) -> tuple[list[str], str | None]:
         shown = indices if q.multi else q.answer_index
         problems.append(f"{q.name}: answer_index {shown} out of range 1..{n}")
     if q.multi:
-        none = _none_index(q.option_texts)
+        none = none_index(q.option_texts)
         if not indices:
             problems.append(f"{q.name}: empty answer_index")
         if len(set(indices)) != len(indices):

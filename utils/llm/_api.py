@@ -43,6 +43,31 @@ IMAGES_PER_SLOT = 8
 IMAGE_CACHE_BYTES = 1 << 30
 
 
+def answer_completion(text: str, finish: str | None, *, usage: Any, model: str | None,
+                      cut_off: bool) -> Completion:
+    """Completion for a response that came back without refusal or block.
+
+    Args:
+        text: The answer text ('' when none).
+        finish: The provider's finish reason.
+        usage: Token counts of the call.
+        model: The model version the provider reported.
+        cut_off: Whether ``finish`` means the token limit was hit.
+
+    Returns:
+        ``truncated`` for an empty answer cut off by the token limit, ``error`` for any other
+        empty answer, else ``ok``.
+    """
+    if text.strip():
+        return Completion(text, status="ok", finish_reason=finish, usage=usage,
+                          response_model=model)
+    if cut_off:
+        return Completion("", status="truncated", finish_reason=finish, usage=usage,
+                          response_model=model)
+    return Completion("", status="error", finish_reason=finish, usage=usage,
+                      error=f"empty response (finish_reason={finish})", response_model=model)
+
+
 class ImageCache:
     """LRU of encoded image files keyed by path, bounded by entries and by bytes.
 

@@ -34,7 +34,12 @@ from typing import Any
 
 from utils.deps import require
 from utils.errors import ConfigError
-from utils.llm._api import DEFAULT_MAX_OUTPUT_TOKENS, ApiChatModel, LoopBound
+from utils.llm._api import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    ApiChatModel,
+    LoopBound,
+    answer_completion,
+)
 from utils.llm.base import Completion, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
@@ -266,15 +271,8 @@ class GeminiChatModel(ApiChatModel):
         if finish in _BLOCKED:
             return Completion(text, status="refused", finish_reason=finish, usage=usage,
                               response_model=version)
-        if not text.strip():
-            if finish == "MAX_TOKENS":
-                return Completion("", status="truncated", finish_reason=finish, usage=usage,
-                                  response_model=version)
-            return Completion("", status="error", finish_reason=finish, usage=usage,
-                              error=f"empty response (finish_reason={finish})",
-                              response_model=version)
-        return Completion(text, status="ok", finish_reason=finish, usage=usage,
-                          response_model=version)
+        return answer_completion(text, finish, usage=usage, model=version,
+                                 cut_off=finish == "MAX_TOKENS")
 
     def _classify(self, exc: BaseException) -> Failure | None:
         httpx2 = self._httpx2

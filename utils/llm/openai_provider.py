@@ -30,7 +30,12 @@ from typing import Any
 
 from utils.deps import require
 from utils.errors import ConfigError
-from utils.llm._api import DEFAULT_MAX_OUTPUT_TOKENS, ApiChatModel, LoopBound
+from utils.llm._api import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    ApiChatModel,
+    LoopBound,
+    answer_completion,
+)
 from utils.llm.base import Completion, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
@@ -342,15 +347,8 @@ class OpenAIChatModel(ApiChatModel):
         if finish == "content_filter":
             return Completion(text, status="refused", finish_reason=finish, usage=usage,
                               response_model=model)
-        if not text.strip():
-            if finish == "length":
-                return Completion("", status="truncated", finish_reason=finish, usage=usage,
-                                  response_model=model)
-            return Completion("", status="error", finish_reason=finish, usage=usage,
-                              error=f"empty response (finish_reason={finish})",
-                              response_model=model)
-        return Completion(text, status="ok", finish_reason=finish, usage=usage,
-                          response_model=model)
+        return answer_completion(text, finish, usage=usage, model=model,
+                                 cut_off=finish == "length")
 
     def _classify(self, exc: BaseException) -> Failure | None:
         openai = self._openai

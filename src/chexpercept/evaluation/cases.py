@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chexpercept import io, schema
-from chexpercept.bundle import check_bundle
+from chexpercept.bundle import check_bundle, none_index, ordinal, point_text
 from chexpercept.bundle import listed_option_count as listed_option_count  # re-exported
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.lesions import QA_PATHS
@@ -193,26 +193,6 @@ def select_key_ids(bundle: Bundle, *, limit: int | None = None,
     return keys if limit is None else keys[:limit]
 
 
-def ordinal(n: int) -> str:
-    """English ordinal of a positive int: 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
-    if 10 <= n % 100 <= 20:
-        suffix = "th"
-    else:
-        suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def _point_text(option: schema.PointOption) -> str:
-    return "None" if option.point is None or option.color == "None" else f"{option.color} point"
-
-
-def _none_index(texts: Sequence[str]) -> int | None:
-    for i, text in enumerate(texts, start=1):
-        if text.strip().lower().startswith("none"):
-            return i
-    return None
-
-
 def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayout) -> EvalCase:
     """Build the turns a case is asked (spec section 5.2); no file is opened.
 
@@ -252,9 +232,9 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayou
             (TURNS[2], exp, (layout.points_image(key_id),), contour.initial_context),
             (TURNS[3], con, (), None),
         ):
-            texts = tuple(_point_text(o) for o in qa.answer_options)
+            texts = tuple(point_text(o) for o in qa.answer_options)
             turns.append(PlannedTurn(spec, qa.question, images, tuple(qa.answer_index), texts,
-                                     multi_select=True, none_index=_none_index(texts),
+                                     multi_select=True, none_index=none_index(texts),
                                      preamble=preamble))
         turns.append(PlannedTurn(
             TURNS[4], res.question,
@@ -272,7 +252,7 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayou
             multi = spec.sub in schema.MULTI_SELECT
             gt = tuple(qa.answer_index) if multi else qa.answer_index
             turns.append(PlannedTurn(spec, qa.question, (), gt, texts, multi_select=multi,
-                                     none_index=_none_index(texts) if multi else None))
+                                     none_index=none_index(texts) if multi else None))
     return EvalCase(key_id, lesion, path, tuple(turns), item)
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chexpercept.evaluation.cases import EvalCase, PlannedTurn, ordinal
+from chexpercept.bundle import ordinal
+from chexpercept.evaluation.cases import EvalCase, PlannedTurn
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.base import Message, TurnRequest
 
