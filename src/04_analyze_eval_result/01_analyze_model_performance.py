@@ -165,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
                     ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),
                     run.run_dir)
+        if benchmark is not None and args.limit is None and analysis.table.n_cases < len(benchmark):
+            logger.warning("%s has results for %d of the benchmark's %d cases; the other %d are "
+                           "not in any table (unfinished run? re-run Stage 03 to resume it)",
+                           run.name, analysis.table.n_cases, len(benchmark),
+                           len(benchmark) - analysis.table.n_cases)
         analyses.append(analysis)
     all_metrics = [a.metrics for a in analyses]
 

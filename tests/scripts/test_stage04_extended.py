@@ -188,3 +188,12 @@ def test_compare_runs_writes_csv_and_refuses_other_cases(results, tmp_path, caps
                                      "--output-dir", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "only in A" in err and "edema_s9_negative_0" in err
+
+
+def test_run_covering_part_of_the_benchmark_is_reported(tmp_path, capsys):
+    res = tmp_path / "results"
+    _write(res, "dummy_baseline", [_case(k, p, ok=True, status="ok") for k, p in KEYS[:2]])
+    bench = _bench(tmp_path, KEYS)
+    assert _main(ANALYZE)(_args(res, tmp_path / "out", "--benchmark-dir", str(bench))) == 0
+    err = capsys.readouterr().err
+    assert "dummy_baseline has results for 2 of the benchmark's 3 cases" in err
