@@ -9,7 +9,10 @@ latency) with ``--latency`` seconds per request, and runs the ``openai`` provide
 HTTP) through the async runner at ``--concurrency``:
 
 1. no faults: achieved requests/s over the Little's-law ceiling ``concurrency / latency``
-   (64 / 0.2 s = 320/s; harness_anchors.md section 3.6 T1, target >= 0.9);
+   (64 / 0.2 s = 320/s; harness_anchors.md section 3.6 T1, target >= 0.9), and side by side
+   the same number of requests through the bare openai SDK (same clients, one fixed body): the
+   floor the SDK sets on this machine, since at 320 requests/s one Python process spends most
+   of a core in the SDK and httpx2;
 2. ``--fault-rate`` injected 429 (Retry-After 0.05 s) / 500: completed turns/s over the same
    ceiling (T3b, target >= 0.8) and lost turns (target 0);
 3. kill and resume: ``00_eval.py`` in a child process, SIGKILL once half the turns are
@@ -21,7 +24,7 @@ Prints the figures; asserts nothing. Runs in < 3 minutes with the defaults on 2 
 Usage::
 
     python benchmarks/bench_api_throughput.py [--cases 2000] [--concurrency 64] [--latency 0.2]
-        [--fault-rate 0.05] [--skip-kill]
+        [--fault-rate 0.05] [--skip-kill] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -194,6 +197,49 @@ def _run_in_process(bundle_dir: Path, run_dir: Path, server: Server, concurrency
     return wall, summary
 
 
+def _bare_sdk(bundle_dir: Path, server: Server, concurrency: int, n_requests: int
+              ) -> tuple[float, float]:
+    """The openai SDK alone, side by side: ``n_requests`` POSTs of one turn's body.
+
+    Same clients (:meth:`OpenAIChatModel._make_async_clients`), same SDK call and the same
+    semaphore as the harness, but no dialogue, parsing, records or image encoding: the floor
+    the SDK + httpx2 set on this machine. Returns ``(requests/s, CPU ms per request)``.
+    """
+    import asyncio
+
+    from chexpercept.evaluation.dialogue import Dialogue
+
+    bundle = load_bundle(bundle_dir)
+    case = next(c for c in validate_bundle(bundle) if len(c.turns) == 9)
+    model = OpenAIChatModel("gpt-5.4", base_url=server.base_url, env={}, max_retries=0,
+                            concurrency=concurrency)
+    body = model._encoded_body(Dialogue(case, "implicit", "system").prepare().request)
+
+    async def run() -> None:
+        clients = model._make_async_clients()
+        semaphore = asyncio.Semaphore(concurrency)
+        raw = model._raw_response_type
+
+        async def one(i: int) -> None:
+            async with semaphore:
+                response = await clients[i % len(clients)].post(
+                    "/chat/completions", cast_to=raw, content=body)
+                response.json()
+
+        await asyncio.gather(*(one(i) for i in range(n_requests)))
+        for client in clients:
+            await client.close()
+
+    started, cpu = time.perf_counter(), time.process_time()
+    asyncio.run(run())
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return n_requests / wall, 1000 * cpu / n_requests
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
 def _count_lines(path: Path) -> int:
     try:
         with open(path, "rb") as fh:
@@ -237,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.05)
     parser.add_argument("--max-retries", type=int, default=6)
     parser.add_argument("--skip-kill", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="repeat the throughput runs and print the medians")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     ceiling = args.concurrency / args.latency
@@ -252,42 +300,55 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ceiling (Little's law): {args.concurrency} / {args.latency} s = "
               f"{ceiling:.0f} requests/s")
 
-        server = Server(args.latency, 0.0)
-        try:
-            wall, summary = _run_in_process(bundle_dir, tmp_path / "run_clean", server,
-                                            args.concurrency, args.max_retries)
-            stats = server.stats()
-        finally:
-            server.stop()
-        rps = stats["chat_requests"] / wall
-        cpu_ms = 1000 * summary.client_cpu_s / stats["chat_requests"]
-        print(f"[no faults] {stats['chat_requests']} requests in {wall:.1f} s = {rps:.1f}/s; "
-              f"ratio to ceiling {rps / ceiling:.3f} (target >= 0.9); server max in flight "
-              f"{stats['max_in_flight']}; turns recorded {summary.turns_requested}/{total_turns}"
-              f"; harness CPU {cpu_ms:.2f} ms/request (one core saturates at "
-              f"{1000 / cpu_ms:.0f}/s); load average {os.getloadavg()[0]:.1f} on "
-              f"{os.cpu_count()} CPUs")
+        clean, bare, goodputs = [], [], []
+        for rep in range(args.repeat):
+            server = Server(args.latency, 0.0)
+            try:
+                wall, summary = _run_in_process(bundle_dir, tmp_path / f"run_clean{rep}",
+                                                server, args.concurrency, args.max_retries)
+                stats = server.stats()
+                bare_rps, bare_cpu = _bare_sdk(bundle_dir, server, args.concurrency,
+                                               stats["chat_requests"])
+            finally:
+                server.stop()
+            rps = stats["chat_requests"] / wall
+            cpu_ms = 1000 * summary.client_cpu_s / stats["chat_requests"]
+            clean.append(rps / ceiling)
+            bare.append(bare_rps / ceiling)
+            print(f"[no faults] {stats['chat_requests']} requests in {wall:.1f} s = {rps:.1f}/s; "
+                  f"ratio to ceiling {rps / ceiling:.3f} (target >= 0.9); server max in flight "
+                  f"{stats['max_in_flight']}; turns recorded {summary.turns_requested}/"
+                  f"{total_turns}; harness CPU {cpu_ms:.2f} ms/request (one core saturates at "
+                  f"{1000 / cpu_ms:.0f}/s); load average {os.getloadavg()[0]:.1f} on "
+                  f"{os.cpu_count()} CPUs")
+            print(f"  side by side, the openai SDK alone (same clients, one fixed body, no "
+                  f"harness): {bare_rps:.1f}/s = {bare_rps / ceiling:.3f} of the ceiling, "
+                  f"{bare_cpu:.2f} ms CPU/request; harness / bare SDK = {rps / bare_rps:.3f}")
 
-        server = Server(args.latency, args.fault_rate)
-        try:
-            wall, summary = _run_in_process(bundle_dir, tmp_path / "run_faults", server,
-                                            args.concurrency, args.max_retries)
-            stats = server.stats()
-        finally:
-            server.stop()
-        statuses = summary.statuses
-        ok_turns = statuses.get("ok", 0)
-        lost = total_turns - summary.turns_requested
-        errors = statuses.get("error", 0)
-        faults = sum(v for k, v in stats["by_status"].items() if k != "200")
-        goodput = summary.turns_requested / wall
-        print(f"[{args.fault_rate:.0%} faults] {summary.turns_requested} turns in {wall:.1f} s = "
-              f"{goodput:.1f}/s; ratio to ceiling {goodput / ceiling:.3f} (target >= 0.8); "
-              f"{stats['chat_requests']} requests, {faults} injected faults "
-              f"{ {k: v for k, v in stats['by_status'].items() if k != '200'} }, retries "
-              f"{stats['chat_requests'] - summary.turns_requested} "
-              f"({(stats['chat_requests'] - summary.turns_requested) / max(faults, 1):.2f} per "
-              f"fault); lost turns {lost}, error turns {errors}, ok turns {ok_turns}")
+            server = Server(args.latency, args.fault_rate)
+            try:
+                wall, summary = _run_in_process(bundle_dir, tmp_path / f"run_faults{rep}",
+                                                server, args.concurrency, args.max_retries)
+                stats = server.stats()
+            finally:
+                server.stop()
+            statuses = summary.statuses
+            ok_turns = statuses.get("ok", 0)
+            lost = total_turns - summary.turns_requested
+            errors = statuses.get("error", 0)
+            faults = sum(v for k, v in stats["by_status"].items() if k != "200")
+            goodput = summary.turns_requested / wall
+            goodputs.append(goodput / ceiling)
+            print(f"[{args.fault_rate:.0%} faults] {summary.turns_requested} turns in {wall:.1f} s"
+                  f" = {goodput:.1f}/s; ratio to ceiling {goodput / ceiling:.3f} (target >= 0.8)"
+                  f"; {stats['chat_requests']} requests, {faults} injected faults "
+                  f"{ {k: v for k, v in stats['by_status'].items() if k != '200'} }, retries "
+                  f"{stats['chat_requests'] - summary.turns_requested} "
+                  f"({(stats['chat_requests'] - summary.turns_requested) / max(faults, 1):.2f} "
+                  f"per fault); lost turns {lost}, error turns {errors}, ok turns {ok_turns}")
+        if args.repeat > 1:
+            print(f"median of {args.repeat}: no faults {_median(clean):.3f} (bare SDK "
+                  f"{_median(bare):.3f}); {args.fault_rate:.0%} faults {_median(goodputs):.3f}")
 
         if not args.skip_kill:
             t0 = time.perf_counter()

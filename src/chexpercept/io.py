@@ -78,8 +78,20 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+#: Types returned by :func:`to_jsonable` as they are (checked by exact type first: most values
+#: of a record are these, and ``isinstance`` against the ``Mapping`` ABC is slow).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy scalars/arrays, tuples, sets and Paths into plain JSON types."""
+    kind = type(obj)
+    if kind in _JSON_SCALARS:
+        return obj
+    if kind is dict:
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if kind is list:
+        return [to_jsonable(v) for v in obj]
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

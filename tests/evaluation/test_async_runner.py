@@ -215,3 +215,28 @@ def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
     assert texts[-1] == _all_results_text(tmp_path / "run")
     assert runner_module._write_all_results(tmp_path / "empty.json", [], "m") == 0
     assert (tmp_path / "empty.json").read_text() == io.dumps_json({})
+
+
+def test_collector_is_tuned_during_the_run_and_restored_after(bundle, tmp_path):
+    import gc
+
+    from chexpercept.evaluation import async_runner
+
+    seen = {}
+
+    class Probe(AsyncFake):
+        async def agenerate(self, request):
+            seen.setdefault("threshold", gc.get_threshold())
+            seen.setdefault("frozen", gc.get_freeze_count())
+            return await super().agenerate(request)
+
+    before = gc.get_threshold()
+    run_evaluation_async(bundle, validate_bundle(bundle), Probe(), _settings(),
+                         tmp_path / "run", concurrency=2)
+    # during the run: gen-0 threshold raised and what existed (bundle, states) frozen, so a
+    # collector pause does not stall every request in flight
+    assert seen["threshold"][0] == max(async_runner.GC_GEN0_THRESHOLD, before[0])
+    assert seen["threshold"][1:] == before[1:]
+    assert seen["frozen"] > 0
+    # after: the process is as it was
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

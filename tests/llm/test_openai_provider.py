@@ -6,6 +6,7 @@ import asyncio
 import base64
 import importlib.util
 import json
+import os
 import runpy
 from pathlib import Path
 
@@ -311,7 +312,23 @@ def test_sent_body_bytes_equal_the_sdk_json_encoding(server, png, model, kw):
 def test_image_cache_scales_with_concurrency_and_bounds_bytes(tmp_path, png):
     from utils.llm._api import ImageCache
 
-    assert _model_free(concurrency=64).images.size == 512
+    # the async runner keeps 2 * concurrency cases open, each re-sending up to 7 images per
+    # turn: cycling over that working set must read every file once (an LRU of 8 per slot
+    # missed on 70 % of the lookups)
+    concurrency = 64  # large enough that the 256-entry floor does not hide the sizing
+    model = _model_free(concurrency=concurrency)
+    open_cases = [[tmp_path / f"case{c}_{i}.png" for i in range(7)]
+                  for c in range(2 * concurrency)]
+    for images in open_cases:
+        for path in images:
+            os.link(png, path)
+    for turn in range(1, 8):  # turn t re-sends the case's first t images
+        for images in open_cases:
+            for path in images[:turn]:
+                model.images.get(path, "data_url_json")
+    assert model.images.misses == 7 * 2 * concurrency
+    assert model.images.hits == sum(range(1, 8)) * 2 * concurrency - model.images.misses
+    assert _model_free(concurrency=64).images.size == 1024
     cache = ImageCache(size=10, max_bytes=3 * len(ImageCache().get(png, "data_url")))
     paths = []
     for i in range(5):

@@ -13,6 +13,7 @@ from utils.llm import pricing
 from utils.llm.base import Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import (
+    RETRY_AFTER_JITTER,
     Failure,
     RequestFailed,
     Retrier,
@@ -31,14 +32,21 @@ def test_parse_retry_after_forms():
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 
-def test_full_jitter_bounds_and_retry_after_floor():
+def test_full_jitter_bounds_and_retry_after_is_the_wait():
     policy = RetryPolicy(base_delay_s=1.0, max_delay_s=8.0, max_retry_after_s=20.0)
     rng = np.random.default_rng(0)
     for k in range(8):
         delays = [backoff_delay(policy, k, None, rng) for _ in range(200)]
         assert 0.0 <= min(delays) and max(delays) <= min(8.0, 2.0 ** k)
-    assert all(backoff_delay(policy, 0, 5.0, rng) >= 5.0 for _ in range(50))
-    assert backoff_delay(policy, 0, 500.0, rng) == 20.0  # capped server wait
+    # a server's wait is honoured (never undercut) and replaces the backoff, whatever the retry
+    # index: 0.05 s asked -> 0.05-0.055 s, not max(0.05, U(0, 2**k)) (mean 0.5 s at k=0)
+    for k in (0, 3):
+        waits = [backoff_delay(policy, k, 0.05, rng) for _ in range(200)]
+        assert min(waits) >= 0.05 and max(waits) <= 0.05 * (1 + RETRY_AFTER_JITTER)
+        assert len(set(waits)) > 1  # spread, not lock-step
+    assert backoff_delay(policy, 0, 0.0, rng) == 0.0
+    capped = [backoff_delay(policy, 0, 500.0, rng) for _ in range(20)]
+    assert min(capped) >= 20.0 and max(capped) <= 20.0 * (1 + RETRY_AFTER_JITTER)
 
 
 def _retrier(kinds, max_retries=3):
@@ -64,7 +72,8 @@ def _retrier(kinds, max_retries=3):
 def test_retrier_retries_then_succeeds_and_counts():
     retrier, fn, sleeps, calls = _retrier(["retryable", "retryable"])
     assert retrier.call(fn, sleep=sleeps.append) == ("done", 3)
-    assert sleeps == [0.5, 0.5] and retrier.stats.retries == 2 and retrier.stats.attempts == 3
+    assert len(sleeps) == 2 and all(0.5 <= s <= 0.5 * (1 + RETRY_AFTER_JITTER) for s in sleeps)
+    assert retrier.stats.retries == 2 and retrier.stats.attempts == 3
 
 
 def test_retrier_exhausts_with_attempt_count():

@@ -33,12 +33,14 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
 #: Encoded images kept in memory, at least; a case resends its earlier images every turn (spec
 #: 5.3), so the cache must hold the images of every open case: the async runner keeps
-#: ``2 * concurrency`` cases open with up to 7 images each (revision-required path), hence
-#: :data:`IMAGES_PER_SLOT` entries per request in flight. A count of 256 thrashed at concurrency
-#: 64 (3 file reads + base64 encodes per request; benchmarks/bench_api_throughput.py).
+#: ``2 * concurrency`` cases open (a case in retry backoff hands its permit to another) with up
+#: to 7 images each (revision-required path), hence :data:`IMAGES_PER_SLOT` entries per request
+#: in flight. An LRU smaller than that working set misses on nearly every access: with 8 entries
+#: per slot, 70 % of the image lookups at concurrency 64 re-read and re-encoded the file
+#: (benchmarks/bench_api_throughput.py).
 _IMAGE_CACHE_SIZE = 256
-#: Cache entries per request in flight (see above).
-IMAGES_PER_SLOT = 8
+#: Cache entries per request in flight (2 open cases x 7 images, rounded up; see above).
+IMAGES_PER_SLOT = 16
 #: Most bytes of encoded images kept (the count bound applies too).
 IMAGE_CACHE_BYTES = 1 << 30
 
@@ -74,12 +76,18 @@ class ImageCache:
     Args:
         size: Most entries.
         max_bytes: Most bytes of cached values (data URLs count one byte per character).
+
+    Attributes:
+        hits: Lookups answered from the cache.
+        misses: Lookups that read and encoded the file.
     """
 
     def __init__(self, size: int = _IMAGE_CACHE_SIZE, max_bytes: int = IMAGE_CACHE_BYTES) -> None:
         self.size = size
         self.max_bytes = max_bytes
         self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
         self._items: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
 
     def get(self, path: str | Path, kind: str) -> Any:
@@ -95,7 +103,9 @@ class ImageCache:
         item = self._items.get(key)
         if item is not None:
             self._items.move_to_end(key)
+            self.hits += 1
             return item[0]
+        self.misses += 1
         value: Any
         if kind == "data_url":
             value = _images.image_data_url(path)

@@ -131,8 +131,25 @@ def load_pricing(path: str | Path | None = None) -> PricingTable:
 
 
 def lookup(model_id: str, path: str | Path | None = None) -> PriceMatch | None:
-    """The price entry of ``model_id`` (exact id or alias, see the module docstring), or None."""
+    """The price entry of ``model_id`` (exact id or alias, see the module docstring), or None.
+
+    Cached per (model id, table): :func:`cost_usd` runs once per recorded turn, and scanning
+    every entry's aliases cost ~20 us a call (benchmarks/bench_api_throughput.py).
+    """
     table = load_pricing(path)
+    cached = _LOOKUPS.get((model_id, id(table)))
+    if cached is not None and cached[0] is table:
+        return cached[1]
+    match = _lookup(model_id, table)
+    _LOOKUPS[(model_id, id(table))] = (table, match)
+    return match
+
+
+#: (model id, id(table)) -> (table, match); the table is kept so its id is never reused.
+_LOOKUPS: dict[tuple[str, int], tuple[PricingTable, PriceMatch | None]] = {}
+
+
+def _lookup(model_id: str, table: PricingTable) -> PriceMatch | None:
     norm = _normalise(model_id)
     candidates = [norm]
     if _SNAPSHOT.search(norm):
