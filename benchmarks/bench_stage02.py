@@ -3,7 +3,8 @@
 Needs a finished ``bash sample_test.sh`` work dir (Stage 00/01 outputs of the generated fixtures;
 default ``outputs/sample_test``). For each worker count it runs
 ``chexpercept.qa.generate_qa`` from scratch into a temporary folder (no resume) and prints cases
-per second; then it times the export (sampling, hard links, stats.csv) with the shared bundle
+per second, and once more on the first count without the review figures (side by side: what
+drawing them costs); then it times the export (sampling, hard links, stats.csv) with the shared bundle
 validation, and the validation alone. No assertion on timings.
 
 Usage::
@@ -49,10 +50,11 @@ def main() -> int:
     print(f"Stage 02 on {work} ({os.cpu_count()} CPU(s))")
     with tempfile.TemporaryDirectory() as tmp:
         last_out = None
-        for workers in args.workers:
+        runs = [(w, True) for w in args.workers] + [(args.workers[0], False)]
+        for workers, figures in runs:
             rates = []
             for r in range(args.repeats):
-                out = Path(tmp) / f"w{workers}_{r}"
+                out = Path(tmp) / f"w{workers}_{r}_{int(figures)}"
                 inputs = QAInputs(
                     deformation_results_json=s01.results_json,
                     positive_labeling_sheet=s00.positive_sheet(),
@@ -64,14 +66,15 @@ def main() -> int:
                 t0 = time.perf_counter()
                 report = generate_qa(inputs, seed=cfg.seed,
                                      ratios=cfg.qa_generation.no_deformation_ratio,
-                                     num_workers=workers)
+                                     num_workers=workers, review_figures=figures)
                 dt = time.perf_counter() - t0
                 n = report.counts["built"]
                 rates.append(n / dt)
                 last_out = out
             rates.sort()
-            print(f"generate_qa  workers={workers}: {n} cases, median {rates[len(rates) // 2]:.2f}"
-                  f" cases/s (min {rates[0]:.2f}, max {rates[-1]:.2f}; {args.repeats} runs)")
+            print(f"generate_qa  workers={workers}{'' if figures else ', no review figures'}: "
+                  f"{n} cases, median {rates[len(rates) // 2]:.2f} cases/s (min {rates[0]:.2f}, "
+                  f"max {rates[-1]:.2f}; {args.repeats} runs)")
         assert last_out is not None
         layout = QALayout(last_out)
         raw = read_json(layout.qa_results_json)

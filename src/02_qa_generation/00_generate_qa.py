@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Release flag for revision_sequential_qa; NOT supported here (the "
                              "benchmark does not use it); passing it exits with code 2 "
                              "(default: off).")
+    parser.add_argument("--no-review-figures", action="store_true",
+                        help="Do not draw the review figures that qa_labeling.csv names "
+                             "(qa_results/qa_visualizations/<plot_name>; default: drawn).")
     add_allow_failures_arg(parser)
     add_common_args(parser, workers=DEFAULT_WORKERS)
     return parser
@@ -126,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = max(1, min(args.num_workers, os.cpu_count() or 1))
     report = generate_qa(
         inputs, seed=cfg.seed, ratios=cfg.qa_generation.no_deformation_ratio,
-        num_workers=workers,
+        num_workers=workers, review_figures=not args.no_review_figures,
         progress=lambda it, total: progress(it, total=total, desc="cases"))
     write_run_meta(output_dir, stage="02_generate_qa", config=cfg, seeds={"seed": cfg.seed},
                    repo_root=repo_root(), extra={"num_workers": workers})
@@ -136,8 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "no usable deformation); %d cases, %d QA items -> %s", c["built"], c["reused"],
                 c["failed"], c["excluded"], report.summary["cases"], report.summary["qa_items"],
                 layout.qa_results_json)
-    logger.info("images: %s; labeling sheet: %s; summary: %s", layout.bundle_dir,
-                layout.qa_labeling_csv, layout.summary_json)
+    logger.info("images: %s; labeling sheet: %s%s; summary: %s", layout.bundle_dir,
+                layout.qa_labeling_csv,
+                "" if args.no_review_figures else f" (figures in {layout.review_dir})",
+                layout.summary_json)
     selection = report.summary.get("selection", {})
     if c["excluded"] and not selection.get("positives_selected"):
         # Every accepted positive lacks a usable Stage 01 result: a wrong or empty input file,

@@ -786,6 +786,11 @@ class QALayout:
         """``qa_results/summary.json`` (counts and cases that could not be built, with reasons)."""
         return self.out / "qa_results" / "summary.json"
 
+    @property
+    def review_dir(self) -> Path:
+        """``qa_results/qa_visualizations/`` (the review figures ``qa_labeling.csv`` names)."""
+        return self.out / "qa_results" / "qa_visualizations"
+
     def item_json(self, key_id: str) -> Path:
         """Per-case result (resume): ``qa_results/items/<key_id>.json``."""
         return self.out / "qa_results" / "items" / f"{key_id}.json"

@@ -7,12 +7,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import qa_cases
+from PIL import Image
 
 from chexpercept.errors import SchemaError
 from chexpercept.io import QALayout, read_json
-from chexpercept.qa import QAInputs, assign_revision_free, generate_qa
+from chexpercept.qa import QAInputs, assign_revision_free, generate_qa, review
 from chexpercept.schema import QA_LABELING_COLUMNS, load_benchmark, qa_path_of
 
 RATIOS = {"default": 0.5, "cardiomegaly": 0.0}
@@ -103,6 +105,47 @@ def test_labeling_csv(built):
                             ("cardiomegaly_s50000003_positive_0", "deformation")])
     for r in rows:
         assert r["plot_name"] == f"{r['key_id']}_{r['qa_type']}_qa.png"
+
+
+def test_every_labeling_row_names_a_review_figure(built):
+    # the release's sheet named figures nobody drew (spec section 4.1); ours exist, one per row
+    _, _, out, _ = built
+    layout = QALayout(out)
+    with open(layout.qa_labeling_csv, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(p.name for p in layout.review_dir.iterdir()) == sorted(
+        r["plot_name"] for r in rows)
+    raw = read_json(layout.qa_results_json)
+    for r in rows:
+        figure = np.asarray(Image.open(layout.review_dir / r["plot_name"]).convert("RGB"))
+        contour = raw[r["key_id"]]["contour_qa"]
+        if r["qa_type"] == "attribute_extraction":
+            assert figure.shape[1] == 2 * review.PANEL_PX
+            continue
+        result = contour["contour_revision_qa_revision_result"]
+        assert figure.shape[1] == (1 + len(result["answer_options"])) * review.PANEL_PX
+        # the true option's panel (panel 0 is the points image) is framed in green
+        for i in range(1, 1 + len(result["answer_options"])):
+            corner = tuple(figure[2, i * review.PANEL_PX + 2])
+            assert (corner == review.TRUE_FRAME_RGB) == (i == result["answer_index"])
+
+
+def test_review_figures_resume_and_opt_out(built, tmp_path):
+    _, paths, out, _ = built
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    before = _tree(copy)
+    figure = next(QALayout(copy).review_dir.glob("*_deformation_qa.png"))
+    figure.unlink()
+    report = generate_qa(_inputs(paths, copy), seed=0, ratios=RATIOS)
+    assert (report.counts["built"], report.counts["reused"]) == (1, 4)
+    assert _tree(copy) == before
+    # without figures: none drawn, earlier ones removed, everything else unchanged
+    report = generate_qa(_inputs(paths, copy), seed=0, ratios=RATIOS, review_figures=False)
+    assert report.counts["reused"] == 5
+    assert not list(QALayout(copy).review_dir.glob("*.png"))
+    assert {k: v for k, v in _tree(copy).items() if "qa_visualizations" not in k} == {
+        k: v for k, v in before.items() if "qa_visualizations" not in k}
 
 
 def test_two_workers_and_fresh_run_are_byte_identical(built, tmp_path):

@@ -23,6 +23,7 @@ from chexpercept.qa._errors import CaseBuildError
 from chexpercept.qa.attributes import build_attribute_qa
 from chexpercept.qa.contour import build_contour_qa
 from chexpercept.qa.render import MaskSource, case_image_relpaths, render_case
+from chexpercept.qa.review import review_figures
 from chexpercept.rng import rng_for
 from chexpercept.schema import BenchmarkItem, DeformationCase
 
@@ -54,6 +55,8 @@ class CaseTask:
         cxas_dir: CXAS root (``<dicom>/{side} lung.png``).
         case_dir: Output ``chexpercept/<key_id>/``.
         item_path: Output ``qa_results/items/<key_id>.json``.
+        review_dir: Output folder of the case's review figures
+            (``qa_results/qa_visualizations/``, :mod:`chexpercept.qa.review`); None: none drawn.
     """
 
     key_id: str
@@ -67,6 +70,7 @@ class CaseTask:
     cxas_dir: Path
     case_dir: Path
     item_path: Path
+    review_dir: Path | None = None
 
     def fingerprint(self) -> str:
         """Hash of every input that decides the item (resume reuses an item only on a match).
@@ -153,13 +157,19 @@ def _load_resumable(task: CaseTask, fingerprint: str) -> dict[str, Any] | None:
         return None
     if not all((task.case_dir / rel).is_file() for rel in case_image_relpaths(item)):
         return None
+    if task.review_dir is not None:
+        figures = record.get("review_figures")  # absent: built by a run that drew none
+        if not isinstance(figures, list) or not all((task.review_dir / str(name)).is_file()
+                                                    for name in figures):
+            return None
     return item
 
 
 def process_case(task: CaseTask) -> CaseOutcome:
     """Build, render and write one case, or reuse it from a previous run.
 
-    Reuse needs ``items/<key_id>.json`` with the same fingerprint and every image present.
+    Reuse needs ``items/<key_id>.json`` with the same fingerprint and every image present
+    (review figures included when ``review_dir`` is set).
     Otherwise the case folder is cleared, all images are written (atomic PNGs), then the
     item file; a crash in between leaves no item file, so the next run rebuilds the case.
     A case that cannot be built has its folder and item file removed.
@@ -178,6 +188,8 @@ def process_case(task: CaseTask) -> CaseOutcome:
                            task.cxas_dir, (item.get("contour_qa") or {}).get(
                                "revision_before_masks", []))
         images = render_case(task.key_id, item, cxr, masks)
+        figures = (review_figures(task.key_id, item, cxr, masks, images)
+                   if task.review_dir is not None else {})
     except ChexperceptError as exc:
         message = str(exc)
         reason = message if task.key_id in message else f"{task.key_id}: {message}"
@@ -187,6 +199,10 @@ def process_case(task: CaseTask) -> CaseOutcome:
     shutil.rmtree(task.case_dir, ignore_errors=True)
     for rel, array in images.items():
         write_png_atomic(task.case_dir / rel, array, compress_level=PNG_COMPRESS_LEVEL)
-    write_json_atomic(task.item_path, {"fingerprint": fingerprint,
-                                       "images": sorted(images), "item": item})
+    record: dict[str, Any] = {"fingerprint": fingerprint, "images": sorted(images), "item": item}
+    if task.review_dir is not None:
+        for name, array in figures.items():
+            write_png_atomic(task.review_dir / name, array, compress_level=PNG_COMPRESS_LEVEL)
+        record["review_figures"] = sorted(figures)
+    write_json_atomic(task.item_path, record)
     return CaseOutcome(task.key_id, "built", item=item)

@@ -31,6 +31,7 @@ from chexpercept.io import (
 from chexpercept.lesions import LESIONS, QA_PATHS, has_attribute_stage, lesion_from_key_id
 from chexpercept.qa.build import CaseOutcome, CaseTask, process_case
 from chexpercept.qa.contour import has_deformation
+from chexpercept.qa.review import review_plot_name
 from chexpercept.rng import rng_for
 from chexpercept.schema import (
     QA_LABELING_COLUMNS,
@@ -270,7 +271,8 @@ def labeling_rows(items: Mapping[str, Mapping[str, Any]]) -> list[dict[str, str]
 
     One ``attribute_extraction`` row per positive non-cardiomegaly case and one
     ``deformation`` row per revision-required case (the release never wrote the latter).
-    ``plot_name`` is ``<key_id>_<qa_type>_qa.png``; those review figures are not produced.
+    ``plot_name`` is ``<key_id>_<qa_type>_qa.png``, a figure in ``qa_results/qa_visualizations/``
+    (:mod:`chexpercept.qa.review`; the release named figures it never drew).
     """
     rows = []
     for key_id, item in items.items():
@@ -281,16 +283,17 @@ def labeling_rows(items: Mapping[str, Mapping[str, Any]]) -> list[dict[str, str]
         base = {"key_id": key_id, "lesion_name": lesion, "pair_id": item["pair_id"],
                 "dicom_id": item["dicom_id"]}
         if has_attribute_stage(lesion):
-            rows.append({"plot_name": f"{key_id}_attribute_extraction_qa.png",
+            rows.append({"plot_name": review_plot_name(key_id, "attribute_extraction"),
                          "qa_type": "attribute_extraction", **base})
         if not contour.get("no_deformation"):
-            rows.append({"plot_name": f"{key_id}_deformation_qa.png", "qa_type": "deformation",
+            rows.append({"plot_name": review_plot_name(key_id, "deformation"),
+                         "qa_type": "deformation",
                          **base})
     return rows
 
 
 def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
-                num_workers: int = 1,
+                num_workers: int = 1, review_figures: bool = True,
                 progress: Callable[[Iterable[CaseOutcome], int], Iterable[CaseOutcome]]
                 | None = None) -> QAReport:
     """Run Stage 02 end to end and write its artifacts.
@@ -300,6 +303,8 @@ def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
         seed: Config seed (every random choice derives from it).
         ratios: ``qa_generation.no_deformation_ratio``.
         num_workers: Worker processes; output is identical for any count.
+        review_figures: Draw the figures ``qa_labeling.csv`` names into
+            ``qa_results/qa_visualizations/`` (:mod:`chexpercept.qa.review`).
         progress: Optional wrapper ``(iterable, total) -> iterable`` for a progress bar.
 
     Returns:
@@ -336,7 +341,8 @@ def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
             cxr_path=Path(inputs.cxr_dir) / f"{dicom}.png",
             deformed_mask_dir=Path(inputs.deformed_mask_dir) / key_id,
             chexmask_dir=Path(inputs.chexmask_dir), cxas_dir=Path(inputs.cxas_dir),
-            case_dir=layout.case_dir(key_id), item_path=layout.item_json(key_id)))
+            case_dir=layout.case_dir(key_id), item_path=layout.item_json(key_id),
+            review_dir=layout.review_dir if review_figures else None))
 
     outcomes = _run(tasks, num_workers, progress)
     items: dict[str, dict[str, Any]] = {}
@@ -355,6 +361,7 @@ def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
     write_json_atomic(layout.qa_results_json, items)
     write_csv_atomic(layout.qa_labeling_csv, labeling_rows(items), QA_LABELING_COLUMNS)
     _remove_stale_case_dirs(layout, items)
+    _remove_stale_review_figures(layout, items if review_figures else {})
 
     summary = _summary(items, sel, flags, forced, failed, ratios)
     write_json_atomic(layout.summary_json, summary)
@@ -372,6 +379,19 @@ def _remove_stale_case_dirs(layout: QALayout, items: Mapping[str, Any]) -> None:
     if stale:
         logger.info("removed %d case folder(s) not in this run's results from %s", len(stale),
                     layout.bundle_dir)
+
+
+def _remove_stale_review_figures(layout: QALayout, items: Mapping[str, Any]) -> None:
+    """Delete review figures the labeling sheet no longer names (all, when none were drawn)."""
+    if not layout.review_dir.is_dir():
+        return
+    named = {row["plot_name"] for row in labeling_rows(items)}
+    stale = sorted(p for p in layout.review_dir.glob("*.png") if p.name not in named)
+    for path in stale:
+        path.unlink()
+    if stale:
+        logger.info("removed %d review figure(s) not named in %s", len(stale),
+                    layout.qa_labeling_csv)
 
 
 def _summary(items: Mapping[str, Mapping[str, Any]], sel: Selection, flags: Mapping[str, bool],
