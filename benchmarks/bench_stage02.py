@@ -4,8 +4,8 @@ Needs a finished ``bash sample_test.sh`` work dir (Stage 00/01 outputs of the ge
 default ``outputs/sample_test``). For each worker count it runs
 ``chexpercept.qa.generate_qa`` from scratch into a temporary folder (no resume) and prints cases
 per second, and once more on the first count without the review figures (side by side: what
-drawing them costs); then it times the export (sampling, hard links, stats.csv) with the shared bundle
-validation, and the validation alone. No assertion on timings.
+drawing them costs); then it times the export (sampling, hard links, stats.csv) with the shared
+bundle validation, and the validation alone. No assertion on timings.
 
 Usage::
 
