@@ -29,6 +29,12 @@ def test_parse_retry_after_forms():
     date = email.utils.formatdate(1_000_030, usegmt=True)
     assert parse_retry_after({"retry-after": date}, now=1_000_000) == pytest.approx(30.0)
     assert parse_retry_after({"retry-after": "soon"}) is None
+    # NaN is no wait (it would poison comparisons and sleep); garbage ms falls back to seconds
+    assert parse_retry_after({"retry-after": "nan"}) is None
+    assert parse_retry_after({"retry-after-ms": "NaN", "retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after-ms": "soon", "retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "-5"}) == 0.0
+    assert parse_retry_after({"retry-after": "inf"}) == float("inf")  # capped by the policy
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 
@@ -45,6 +51,7 @@ def test_full_jitter_bounds_and_retry_after_is_the_wait():
         assert min(waits) >= 0.05 and max(waits) <= 0.05 * (1 + RETRY_AFTER_JITTER)
         assert len(set(waits)) > 1  # spread, not lock-step
     assert backoff_delay(policy, 0, 0.0, rng) == 0.0
+    assert backoff_delay(policy, 0, float("inf"), rng) <= 20.0 * (1 + RETRY_AFTER_JITTER)
     capped = [backoff_delay(policy, 0, 500.0, rng) for _ in range(20)]
     assert min(capped) >= 20.0 and max(capped) <= 20.0 * (1 + RETRY_AFTER_JITTER)
 

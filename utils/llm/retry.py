@@ -32,6 +32,7 @@ import asyncio
 import contextvars
 import email.utils
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -170,6 +171,21 @@ async def backoff_sleep(delay_s: float) -> None:
     await slot.acquire()
 
 
+def _seconds(text: str | None, per_second: float) -> float | None:
+    """``text`` as a number of seconds >= 0 (``per_second`` units a second), None if not one.
+
+    NaN is not a wait (it would poison every comparison and ``asyncio.sleep``); a negative
+    value means "now"; infinity stays, and :func:`backoff_delay` caps it.
+    """
+    if not text:
+        return None
+    try:
+        value = float(text) / per_second
+    except ValueError:
+        return None
+    return None if math.isnan(value) else max(value, 0.0)
+
+
 def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None
                       ) -> float | None:
     """The server's requested wait in seconds, from ``retry-after-ms`` or ``Retry-After``.
@@ -185,19 +201,15 @@ def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = 
     if not headers:
         return None
     getter = headers.get
-    ms = getter("retry-after-ms") or getter("Retry-After-Ms")
-    if ms:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
+    ms = _seconds(getter("retry-after-ms") or getter("Retry-After-Ms"), 1000.0)
+    if ms is not None:
+        return ms
     value = getter("retry-after") or getter("Retry-After")
     if not value:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    seconds = _seconds(value, 1.0)
+    if seconds is not None:
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
