@@ -5,7 +5,8 @@ negative labeling sheets, the anatomy masks (default distractors) and the CXRs. 
 ``--output-dir`` (default ``src/02_qa_generation/outputs`` or ``<path.work_dir>/02_qa_generation``):
 
 - ``qa_results/qa_results.json`` (release schema, original_release_spec.md section 4.6);
-- ``qa_results/qa_labeling.csv`` (review sheet; the review figures it names are not produced);
+- ``qa_results/qa_labeling.csv`` (review sheet) and ``qa_results/qa_visualizations/`` (the review
+  figure each row names; ``--no-review-figures`` skips them);
 - ``qa_results/summary.json`` (counts, and every case that could not be built, with reasons);
 - ``qa_results/items/<key_id>.json`` (per-case results; a re-run resumes from them);
 - ``chexpercept/<key_id>/...`` (images, spec section 4.4, options named ``option_<i>.png``);
@@ -16,8 +17,8 @@ revision-free cases omit the three ``contour_revision_qa_*`` questions and the m
 combinations (never rendered or asked; optional in the schema); revision option images are
 ``option_<i>.png`` (no answer in the name); a case that cannot be built completely (missing
 mask, 0 positive zones, ...) is left out and listed with its reason in ``summary.json``;
-``--with-sequential-qa`` is refused (exit 2). The ``<key_id>_<qa_type>_qa.png`` review figures
-named in ``qa_labeling.csv`` are not produced yet.
+``--with-sequential-qa`` is refused (exit 2); the ``<key_id>_<qa_type>_qa.png`` review figures
+named in ``qa_labeling.csv`` are drawn (the release named figures it never drew).
 """
 
 from __future__ import annotations

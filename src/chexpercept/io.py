@@ -13,6 +13,7 @@ import io as _io
 import json
 import os
 import platform
+import re
 import subprocess
 import tempfile
 import time
@@ -568,7 +569,7 @@ def write_run_meta(out_dir: str | Path, *, stage: str, config: Any, seeds: Mappi
     meta = {
         "schema_version": SCHEMA_VERSION,
         "stage": stage,
-        "config": _redact(cfg),
+        "config": redact_secrets(cfg),
         "seeds": dict(seeds),
         **git_state(repo_root),
         "python": platform.python_version(),
@@ -581,15 +582,30 @@ def write_run_meta(out_dir: str | Path, *, stage: str, config: Any, seeds: Mappi
     return path
 
 
-_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+#: Words of a setting's name that mark its value as a secret (whole words of the snake/kebab/
+#: dotted name, so ``api_key``, ``hf_token`` and ``client_secret`` are hidden but
+#: ``max_completion_tokens``, ``output_tokens_per_call`` and ``key_id`` are not).
+_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd",
+                           "credential", "credentials", "authorization", "bearer"})
+_NAME_WORDS = re.compile(r"[a-z0-9]+")
 
 
-def _redact(obj: Any) -> Any:
+def is_secret_name(name: object) -> bool:
+    """Whether a setting called ``name`` holds a secret (see :data:`_SECRET_WORDS`)."""
+    words = _NAME_WORDS.findall(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name)).lower())
+    return any(w in _SECRET_WORDS for w in words) and not (words and words[-1] == "id")
+
+
+def redact_secrets(obj: Any) -> Any:
+    """Copy of ``obj`` (dicts/lists) with every non-empty secret-named value ``<redacted>``.
+
+    Used for everything written to manifests and run metadata: keys never reach a file.
+    """
     if isinstance(obj, Mapping):
-        return {k: ("<redacted>" if any(w in str(k).lower() for w in _SECRET_WORDS) and v
-                    else _redact(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_redact(v) for v in obj]
+        return {k: ("<redacted>" if v and is_secret_name(k) else redact_secrets(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_secrets(v) for v in obj]
     return obj
 
 

@@ -124,3 +124,17 @@ def test_csv_writer_rejects_unknown_columns(tmp_path):
         io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1, "b": 2}], ["a"])
     io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1}], ["a", "optimal?"])
     assert (tmp_path / "x.csv").read_text() == "a,optimal?\n1,\n"
+
+
+def test_secret_names_are_redacted_but_token_counts_are_not():
+    settings = {"api_key": "sk-123", "hf_token": "hf_abc", "nested": [{"clientSecret": "x"}],
+                "params": {"max_completion_tokens": 8192, "max_tokens": 64,
+                           "reasoning_effort": "medium"},
+                "output_tokens_per_call": 300, "key_id": "effusion_s1_positive_0",
+                "api_keys": "api_info/api_keys.yaml", "empty_key": ""}
+    out = io.redact_secrets(settings)
+    assert out["api_key"] == out["hf_token"] == out["nested"][0]["clientSecret"] == "<redacted>"
+    # a manifest must keep the sampling settings it records (max_completion_tokens was hidden)
+    assert out["params"] == settings["params"]
+    for kept in ("output_tokens_per_call", "key_id", "api_keys", "empty_key"):
+        assert out[kept] == settings[kept]

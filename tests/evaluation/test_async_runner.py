@@ -240,3 +240,35 @@ def test_collector_is_tuned_during_the_run_and_restored_after(bundle, tmp_path):
     assert seen["frozen"] > 0
     # after: the process is as it was
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_collector_settings_of_the_caller_are_kept(bundle, tmp_path):
+    import gc
+
+    # a caller's own freeze survives the run (an unconditional unfreeze undid it) ...
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        run_evaluation_async(bundle, validate_bundle(bundle), AsyncFake(), _settings(),
+                             tmp_path / "a", concurrency=2)
+        # (frozen objects freed by reference counting leave the count; an unfreeze empties it)
+        assert gc.get_freeze_count() > frozen // 2
+    finally:
+        gc.unfreeze()
+    # ... and a switched-off collector stays off during and after the run
+    seen = []
+
+    class Probe(AsyncFake):
+        async def agenerate(self, request):
+            seen.append((gc.isenabled(), gc.get_threshold()))
+            return await super().agenerate(request)
+
+    before = gc.get_threshold()
+    gc.disable()
+    try:
+        run_evaluation_async(bundle, validate_bundle(bundle), Probe(), _settings(),
+                             tmp_path / "b", concurrency=2)
+        assert not gc.isenabled() and gc.get_threshold() == before
+        assert all(not enabled and threshold == before for enabled, threshold in seen)
+    finally:
+        gc.enable()

@@ -198,3 +198,13 @@ def test_api_key_from_yaml_is_sent_and_not_described(png, tmp_path):
                             http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
     assert model.generate([_request(png)])[0].status == "ok"
     assert seen_keys == [KEY] and KEY not in json.dumps(model.describe())
+
+
+@pytest.mark.parametrize(("delay", "seconds"), [("30s", 30.0), ("1.5s", 1.5), (".5s", 0.5),
+                                                (".s", None), ("1.2.3s", None), ("7", None)])
+def test_retry_info_delay_is_parsed_or_ignored_never_raised(delay, seconds):
+    from utils.llm.gemini_provider import _retry_delay_from_body
+
+    body = {"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                   "retryDelay": delay}]}}
+    assert _retry_delay_from_body(body) == seconds

@@ -35,6 +35,11 @@ def test_parse_retry_after_forms():
     assert parse_retry_after({"retry-after-ms": "soon", "retry-after": "3"}) == 3.0
     assert parse_retry_after({"retry-after": "-5"}) == 0.0
     assert parse_retry_after({"retry-after": "inf"}) == float("inf")  # capped by the policy
+    # an absurd date is no wait (was OverflowError); "-0000" is UTC, not the local zone
+    assert parse_retry_after({"retry-after": "Mon, 99999999999999999999 Jan 2020 00:00:00 GMT"}
+                             ) is None
+    assert parse_retry_after({"retry-after": "Mon, 12 Jan 1970 13:47:10 -0000"},
+                             now=1_000_000) == pytest.approx(30.0)
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 

@@ -140,12 +140,34 @@ def test_review_figures_resume_and_opt_out(built, tmp_path):
     report = generate_qa(_inputs(paths, copy), seed=0, ratios=RATIOS)
     assert (report.counts["built"], report.counts["reused"]) == (1, 4)
     assert _tree(copy) == before
+    # resume checks the figures the sheet names, not the list the item file claims
+    key = figure.name.removesuffix("_deformation_qa.png")
+    item_file = QALayout(copy).item_json(key)
+    record = json.loads(item_file.read_text())
+    item_file.write_text(json.dumps({**record, "review_figures": []}))
+    figure.unlink()
+    report = generate_qa(_inputs(paths, copy), seed=0, ratios=RATIOS)
+    assert (report.counts["built"], report.counts["reused"]) == (1, 4)
+    assert _tree(copy) == before
     # without figures: none drawn, earlier ones removed, everything else unchanged
     report = generate_qa(_inputs(paths, copy), seed=0, ratios=RATIOS, review_figures=False)
     assert report.counts["reused"] == 5
     assert not list(QALayout(copy).review_dir.glob("*.png"))
     assert {k: v for k, v in _tree(copy).items() if "qa_visualizations" not in k} == {
         k: v for k, v in before.items() if "qa_visualizations" not in k}
+
+
+def test_unwritable_review_folder_fails_the_cases_with_the_path(built, tmp_path):
+    _, paths, _, _ = built
+    out = tmp_path / "out"
+    QALayout(out).review_dir.parent.mkdir(parents=True)
+    QALayout(out).review_dir.write_text("a file where the folder should be")
+    report = generate_qa(_inputs(paths, out), seed=0, ratios=RATIOS)
+    failed = {f["key_id"]: f["reason"] for f in report.summary["failed"]}
+    assert report.counts["built"] == 2  # the negatives have no figures
+    assert len(failed) == 3
+    assert all("cannot write" in r and "qa_visualizations" in r for r in failed.values())
+    assert not any(QALayout(out).item_json(k).exists() for k in failed)
 
 
 def test_two_workers_and_fresh_run_are_byte_identical(built, tmp_path):

@@ -55,7 +55,7 @@ DEFAULT_LOCATION = "global"
 
 _BLOCKED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
             "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"}
-_DURATION = re.compile(r"^\s*([0-9.]+)s\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)s\s*$")
 
 
 def _name(model: str) -> str:

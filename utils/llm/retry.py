@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import datetime
 import email.utils
 import logging
 import math
@@ -212,9 +213,14 @@ def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = 
         return seconds
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+    if when.tzinfo is None:  # "-0000" (RFC 5322: UTC, source zone unknown); not local time
+        when = when.replace(tzinfo=datetime.UTC)
+    try:
+        return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def status_kind(status_code: int) -> FailureKind:
@@ -241,7 +247,7 @@ def backoff_delay(policy: RetryPolicy, retry_index: int, retry_after_s: float | 
     """
     if retry_after_s is not None:
         if retry_after_s > policy.max_retry_after_s:
-            logger.warning("server asked to wait %.0f s; waiting %.0f s (max_retry_after_s)",
+            logger.warning("server asked to wait %.3g s; waiting %.0f s (max_retry_after_s)",
                            retry_after_s, policy.max_retry_after_s)
         wait = min(retry_after_s, policy.max_retry_after_s)
         return wait * (1.0 + float(rng.uniform(0.0, RETRY_AFTER_JITTER)))

@@ -85,16 +85,28 @@ GC_GEN0_THRESHOLD = 20_000
 
 @contextlib.contextmanager
 def _gc_tuned() -> Iterator[None]:
-    """Collect and freeze what exists, raise the gen-0 threshold; restore both on exit."""
+    """Collect and freeze what exists, raise the gen-0 threshold; restore both on exit.
+
+    Leaves the collector alone when the process manages it itself: collection switched off
+    (``gc.disable()`` or a gen-0 threshold of 0) keeps it off, and a process that has frozen
+    objects already (``gc.get_freeze_count() > 0``) is not frozen or unfrozen by us (unfreezing
+    would undo its own freeze).
+    """
     thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
+    if not gc.isenabled() or thresholds[0] == 0:
+        yield
+        return
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.collect()
+        gc.freeze()
     gc.set_threshold(max(GC_GEN0_THRESHOLD, thresholds[0]), *thresholds[1:])
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 class RecordWriter:

@@ -54,7 +54,6 @@ IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "
 
 _MANIFEST_PACKAGES = ("chexpercept", "numpy", "pillow", "pydantic", "vllm", "transformers",
                       "torch", "openai", "google-genai")
-_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
 
 
 @dataclass(frozen=True)
@@ -130,14 +129,6 @@ class RunSummary:
                 f"{self.all_results_path}")
 
 
-def _redact(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: ("<redacted>" if any(w in str(k).lower() for w in _SECRET_WORDS) and v
-                    else _redact(v)) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_redact(v) for v in obj]
-    return obj
-
 
 def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> dict[str, Any]:
     """The run manifest: identity fields (compared on resume) plus environment (not compared).
@@ -151,8 +142,8 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         "schema_version": io.SCHEMA_VERSION,
         "provider": settings.provider,
         "model": settings.model,
-        "provider_settings": _redact(io.to_jsonable(model.describe())),
-        "provider_runtime": _redact(io.to_jsonable(model.runtime_info())),
+        "provider_settings": io.redact_secrets(io.to_jsonable(model.describe())),
+        "provider_runtime": io.redact_secrets(io.to_jsonable(model.runtime_info())),
         "oracle_setting": settings.oracle_setting,
         "no_thinking": settings.no_thinking,
         "seed": settings.seed,

@@ -23,7 +23,7 @@ from chexpercept.qa._errors import CaseBuildError
 from chexpercept.qa.attributes import build_attribute_qa
 from chexpercept.qa.contour import build_contour_qa
 from chexpercept.qa.render import MaskSource, case_image_relpaths, render_case
-from chexpercept.qa.review import review_figures
+from chexpercept.qa.review import review_figures, review_names
 from chexpercept.rng import rng_for
 from chexpercept.schema import BenchmarkItem, DeformationCase
 
@@ -157,11 +157,9 @@ def _load_resumable(task: CaseTask, fingerprint: str) -> dict[str, Any] | None:
         return None
     if not all((task.case_dir / rel).is_file() for rel in case_image_relpaths(item)):
         return None
-    if task.review_dir is not None:
-        figures = record.get("review_figures")  # absent: built by a run that drew none
-        if not isinstance(figures, list) or not all((task.review_dir / str(name)).is_file()
-                                                    for name in figures):
-            return None
+    if task.review_dir is not None and not all(
+            (task.review_dir / name).is_file() for name in review_names(task.key_id, item)):
+        return None  # the names the sheet will list, not what the item file claims
     return item
 
 
@@ -196,13 +194,20 @@ def process_case(task: CaseTask) -> CaseOutcome:
         shutil.rmtree(task.case_dir, ignore_errors=True)
         task.item_path.unlink(missing_ok=True)
         return CaseOutcome(task.key_id, "failed", reason=reason)
-    shutil.rmtree(task.case_dir, ignore_errors=True)
-    for rel, array in images.items():
-        write_png_atomic(task.case_dir / rel, array, compress_level=PNG_COMPRESS_LEVEL)
     record: dict[str, Any] = {"fingerprint": fingerprint, "images": sorted(images), "item": item}
-    if task.review_dir is not None:
-        for name, array in figures.items():
-            write_png_atomic(task.review_dir / name, array, compress_level=PNG_COMPRESS_LEVEL)
-        record["review_figures"] = sorted(figures)
-    write_json_atomic(task.item_path, record)
+    try:
+        shutil.rmtree(task.case_dir, ignore_errors=True)
+        for rel, array in images.items():
+            write_png_atomic(task.case_dir / rel, array, compress_level=PNG_COMPRESS_LEVEL)
+        if task.review_dir is not None:
+            for name, array in figures.items():
+                write_png_atomic(task.review_dir / name, array,
+                                 compress_level=PNG_COMPRESS_LEVEL)
+            record["review_figures"] = sorted(figures)
+        write_json_atomic(task.item_path, record)
+    except OSError as exc:  # read-only folder, a file where a folder should be, disk full
+        task.item_path.unlink(missing_ok=True)
+        return CaseOutcome(task.key_id, "failed",
+                           reason=f"{task.key_id}: cannot write {exc.filename or ''}: "
+                                  f"{exc.strerror or exc}")
     return CaseOutcome(task.key_id, "built", item=item)

@@ -382,16 +382,25 @@ def _remove_stale_case_dirs(layout: QALayout, items: Mapping[str, Any]) -> None:
 
 
 def _remove_stale_review_figures(layout: QALayout, items: Mapping[str, Any]) -> None:
-    """Delete review figures the labeling sheet no longer names (all, when none were drawn)."""
+    """Delete review figures this run did not draw (all of them with ``review_figures=False``).
+
+    Raises:
+        InputError: If a figure cannot be deleted (names the file).
+    """
     if not layout.review_dir.is_dir():
         return
     named = {row["plot_name"] for row in labeling_rows(items)}
     stale = sorted(p for p in layout.review_dir.glob("*.png") if p.name not in named)
     for path in stale:
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot delete this review figure, which this run did "
+                             f"not draw ({exc.strerror or exc}); delete it or fix the folder's "
+                             f"permissions") from None
     if stale:
-        logger.info("removed %d review figure(s) not named in %s", len(stale),
-                    layout.qa_labeling_csv)
+        logger.info("removed %d review figure(s) of an earlier run from %s", len(stale),
+                    layout.review_dir)
 
 
 def _summary(items: Mapping[str, Mapping[str, Any]], sel: Selection, flags: Mapping[str, bool],

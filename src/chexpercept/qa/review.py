@@ -17,7 +17,7 @@ is drawn with OpenCV's Hershey font without anti-aliasing, so the bytes are dete
 
 from __future__ import annotations
 
-import textwrap
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,15 +47,38 @@ def review_plot_name(key_id: str, qa_type: str) -> str:
     return f"{key_id}_{qa_type}_qa.png"
 
 
-def _panel(rgb: np.ndarray, caption: str) -> np.ndarray:
-    """(PANEL_PX + LINE_PX + 8, PANEL_PX, 3) uint8: ``rgb`` halved, caption underneath."""
+def _panel(rgb: np.ndarray, caption: Sequence[str]) -> np.ndarray:
+    """(PANEL_PX + caption rows, PANEL_PX, 3) uint8: ``rgb`` halved, caption lines underneath.
+
+    Caption lines are wrapped at :data:`WRAP_CHARS` (mask names are long and differ only at
+    the end, so they are never cut), after ``_`` and ``+`` as well as spaces.
+    """
     small = cv2.resize(np.ascontiguousarray(rgb), (PANEL_PX, PANEL_PX),
                        interpolation=cv2.INTER_AREA)
-    out = np.full((PANEL_PX + LINE_PX + 8, PANEL_PX, 3), 255, np.uint8)
-    out[:PANEL_PX] = small
-    cv2.putText(out, caption[:WRAP_CHARS], (6, PANEL_PX + LINE_PX), FONT, FONT_SCALE,
-                (0, 0, 0), 1, cv2.LINE_8)
-    return out
+    return np.vstack([small, _text_block(caption, PANEL_PX)])
+
+
+def _wrap(line: str, chars: int) -> list[str]:
+    """``line`` cut into rows of at most ``chars`` characters, after spaces, ``_`` or ``+``.
+
+    Continuation rows are indented by four spaces; a piece longer than a row is cut hard.
+    """
+    rows: list[str] = []
+    current = ""
+    for piece in re.split(r"(?<=[ _+])", line):
+        while len(piece) > chars - 4:
+            if current:
+                rows.append(current)
+                current = ""
+            rows.append(piece[:chars - 4])
+            piece = piece[chars - 4:]
+        limit = chars if not rows else chars - 4
+        if current and len(current) + len(piece) > limit:
+            rows.append(current)
+            current = ""
+        current += piece
+    rows.append(current)
+    return [rows[0].rstrip()] + ["    " + r.strip() for r in rows[1:] if r.strip()]
 
 
 def _text_block(lines: Sequence[str], width: int, height: int | None = None) -> np.ndarray:
@@ -63,7 +86,7 @@ def _text_block(lines: Sequence[str], width: int, height: int | None = None) -> 
     chars = max(int(WRAP_CHARS * width / PANEL_PX), 20)
     wrapped: list[str] = []
     for line in lines:
-        wrapped += textwrap.wrap(line, chars, subsequent_indent="    ") or [""]
+        wrapped += _wrap(line, chars)
     rows = max(height or 0, (len(wrapped) + 1) * LINE_PX)
     out = np.full((rows, width, 3), 255, np.uint8)
     for i, line in enumerate(wrapped):
@@ -101,7 +124,7 @@ def attribute_review(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray,
     """
     contour = item["contour_qa"]
     truth = overlay_mask(cxr_gray, masks.union(contour["revision_after_masks"]))
-    left = _panel(truth, "true lesion mask (revision_after_masks)")
+    left = _panel(truth, ["true lesion mask (revision_after_masks)"])
     lines = [key_id, ""]
     for name in ATTRIBUTE_KEYS:
         qa = item["attribute_extraction_qa"].get(name)
@@ -128,20 +151,41 @@ def deformation_review(key_id: str, item: Mapping[str, Any],
     """
     contour = item["contour_qa"]
     result = contour["contour_revision_qa_revision_result"]
-    panels = [_panel(images[f"{REVISION_DIR}/{POINTS_IMAGE}"], "before revision + points")]
+    panels = [_panel(images[f"{REVISION_DIR}/{POINTS_IMAGE}"],
+                     ["before revision + candidate points"])]
     for i, option in enumerate(result["answer_options"], start=1):
         panel = _panel(images[f"{REVISION_DIR}/{option['relative_path']}"],
-                       f"option {i}: {option['type']} {'+'.join(option['masks'])}")
+                       [f"option {i}: {option['type']}", " + ".join(option["masks"])])
         if i == result["answer_index"]:
             cv2.rectangle(panel, (0, 0), (PANEL_PX - 1, PANEL_PX - 1), TRUE_FRAME_RGB,
                           FRAME_PX, cv2.LINE_8)
         panels.append(panel)
-    row = np.hstack(panels)
+    height = max(p.shape[0] for p in panels)
+    row = np.hstack([np.vstack([p, np.full((height - p.shape[0], PANEL_PX, 3), 255, np.uint8)])
+                     for p in panels])
     lines = [key_id,
              f"expansion: {contour['contour_revision_qa_expansion']['answer']}",
              f"contraction: {contour['contour_revision_qa_contraction']['answer']}",
+             "points named in neither answer are distractors",
              f"revision result: {result['answer']} (option {result['answer_index']}, framed)"]
     return np.vstack([row, _text_block(lines, row.shape[1])])
+
+
+def review_names(key_id: str, item: Mapping[str, Any]) -> list[str]:
+    """The ``plot_name`` of every review figure of a case, as ``qa_labeling.csv`` lists them.
+
+    An ``attribute_extraction`` figure for a positive case of a lesion with attribute
+    questions, a ``deformation`` figure for a revision-required case; none for negatives.
+    """
+    contour = item.get("contour_qa")
+    if not contour:
+        return []
+    names = []
+    if has_attribute_stage(lesion_from_key_id(key_id)):
+        names.append(review_plot_name(key_id, "attribute_extraction"))
+    if not contour.get("no_deformation"):
+        names.append(review_plot_name(key_id, "deformation"))
+    return names
 
 
 def review_figures(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray,
@@ -149,20 +193,13 @@ def review_figures(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray,
                    ) -> dict[str, np.ndarray]:
     """Every review figure of a case, keyed by the sheet's ``plot_name``.
 
-    Mirrors :func:`chexpercept.qa.generate.labeling_rows`: an ``attribute_extraction`` figure
-    for a positive case with attribute questions, a ``deformation`` figure for a
-    revision-required one; none for negatives.
+    The figures of :func:`review_names`, in that order.
 
     Raises:
         InputError: If a mask file is missing.
     """
-    contour = item.get("contour_qa")
-    if not contour:
-        return {}
     out = {}
-    if has_attribute_stage(lesion_from_key_id(key_id)):
-        out[review_plot_name(key_id, "attribute_extraction")] = attribute_review(
-            key_id, item, cxr_gray, masks)
-    if not contour.get("no_deformation"):
-        out[review_plot_name(key_id, "deformation")] = deformation_review(key_id, item, images)
+    for name in review_names(key_id, item):
+        out[name] = (deformation_review(key_id, item, images) if name.endswith(
+            "_deformation_qa.png") else attribute_review(key_id, item, cxr_gray, masks))
     return out
