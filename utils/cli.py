@@ -203,5 +203,6 @@ def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted: what was finished is kept; re-run the same command to resume",
+              file=sys.stderr)
         return 130

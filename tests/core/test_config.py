@@ -66,3 +66,13 @@ def test_missing_file_and_bad_yaml(tmp_path):
     p = _write(tmp_path, "path: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(p, ChexperceptConfig)
+
+
+def test_interrupt_exits_130_and_says_how_to_resume(capsys):
+    from utils.cli import run_main
+
+    def main(argv):
+        raise KeyboardInterrupt
+
+    assert run_main(main, []) == 130
+    assert "re-run the same command to resume" in capsys.readouterr().err
