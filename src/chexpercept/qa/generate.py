@@ -28,10 +28,10 @@ from chexpercept.io import (
     write_csv_atomic,
     write_json_atomic,
 )
-from chexpercept.lesions import LESIONS, QA_PATHS, has_attribute_stage, lesion_from_key_id
+from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.qa.build import CaseOutcome, CaseTask, process_case
 from chexpercept.qa.contour import has_deformation
-from chexpercept.qa.review import review_plot_name
+from chexpercept.qa.review import review_plot_name, review_types
 from chexpercept.rng import rng_for
 from chexpercept.schema import (
     QA_LABELING_COLUMNS,
@@ -274,22 +274,10 @@ def labeling_rows(items: Mapping[str, Mapping[str, Any]]) -> list[dict[str, str]
     ``plot_name`` is ``<key_id>_<qa_type>_qa.png``, a figure in ``qa_results/qa_visualizations/``
     (:mod:`chexpercept.qa.review`; the release named figures it never drew).
     """
-    rows = []
-    for key_id, item in items.items():
-        contour = item.get("contour_qa")
-        if not contour:
-            continue
-        lesion = lesion_from_key_id(key_id)
-        base = {"key_id": key_id, "lesion_name": lesion, "pair_id": item["pair_id"],
-                "dicom_id": item["dicom_id"]}
-        if has_attribute_stage(lesion):
-            rows.append({"plot_name": review_plot_name(key_id, "attribute_extraction"),
-                         "qa_type": "attribute_extraction", **base})
-        if not contour.get("no_deformation"):
-            rows.append({"plot_name": review_plot_name(key_id, "deformation"),
-                         "qa_type": "deformation",
-                         **base})
-    return rows
+    return [{"plot_name": review_plot_name(key_id, qa_type), "qa_type": qa_type,
+             "key_id": key_id, "lesion_name": lesion_from_key_id(key_id),
+             "pair_id": item["pair_id"], "dicom_id": item["dicom_id"]}
+            for key_id, item in items.items() for qa_type in review_types(key_id, item)]
 
 
 def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],

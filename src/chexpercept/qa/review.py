@@ -171,21 +171,26 @@ def deformation_review(key_id: str, item: Mapping[str, Any],
     return np.vstack([row, _text_block(lines, row.shape[1])])
 
 
-def review_names(key_id: str, item: Mapping[str, Any]) -> list[str]:
-    """The ``plot_name`` of every review figure of a case, as ``qa_labeling.csv`` lists them.
+def review_types(key_id: str, item: Mapping[str, Any]) -> list[str]:
+    """The ``qa_type`` of every review figure of a case, in ``qa_labeling.csv`` order.
 
-    An ``attribute_extraction`` figure for a positive case of a lesion with attribute
-    questions, a ``deformation`` figure for a revision-required case; none for negatives.
+    ``attribute_extraction`` for a positive case of a lesion with attribute questions,
+    ``deformation`` for a revision-required case; none for negatives (spec section 4.1).
     """
     contour = item.get("contour_qa")
     if not contour:
         return []
-    names = []
+    types = []
     if has_attribute_stage(lesion_from_key_id(key_id)):
-        names.append(review_plot_name(key_id, "attribute_extraction"))
+        types.append("attribute_extraction")
     if not contour.get("no_deformation"):
-        names.append(review_plot_name(key_id, "deformation"))
-    return names
+        types.append("deformation")
+    return types
+
+
+def review_names(key_id: str, item: Mapping[str, Any]) -> list[str]:
+    """The ``plot_name`` of every review figure of a case (see :func:`review_types`)."""
+    return [review_plot_name(key_id, qa_type) for qa_type in review_types(key_id, item)]
 
 
 def review_figures(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray,
@@ -193,13 +198,12 @@ def review_figures(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray,
                    ) -> dict[str, np.ndarray]:
     """Every review figure of a case, keyed by the sheet's ``plot_name``.
 
-    The figures of :func:`review_names`, in that order.
+    The figures of :func:`review_types`, in that order.
 
     Raises:
         InputError: If a mask file is missing.
     """
-    out = {}
-    for name in review_names(key_id, item):
-        out[name] = (deformation_review(key_id, item, images) if name.endswith(
-            "_deformation_qa.png") else attribute_review(key_id, item, cxr_gray, masks))
-    return out
+    return {review_plot_name(key_id, qa_type): (
+        deformation_review(key_id, item, images) if qa_type == "deformation"
+        else attribute_review(key_id, item, cxr_gray, masks))
+        for qa_type in review_types(key_id, item)}
