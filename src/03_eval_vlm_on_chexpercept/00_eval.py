@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -32,6 +33,7 @@ from chexpercept.evaluation import (
     validate_bundle,
 )
 from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY, run_evaluation_async
+from chexpercept.evaluation.budget import check_budget
 from chexpercept.evaluation.cost_estimate import (
     call_shapes,
     estimate,
@@ -73,11 +75,70 @@ def _provider_arg(text: str) -> str:
                                      f"package.module:ClassName)")
 
 
+#: One line per provider for ``--help``.
+_PROVIDER_HELP = {
+    "dummy": "always option 1", "random": "seeded uniform answers",
+    "oracle": "the ground truth, checks the chain",
+    "opensource": "vLLM offline engine, GPU or vLLM's CPU build",
+    "transformers": "any image-text-to-text model, CPU or GPU",
+    "openai": "OpenAI, or any OpenAI-compatible server such as vLLM or SGLang with --base-url",
+    "azure": "Azure OpenAI deployments", "gemini": "Gemini Developer API or Vertex AI",
+}
+
+
+def _provider_listing() -> str:
+    return "; ".join(f"{name} ({_PROVIDER_HELP.get(name, 'provider')})" for name in PROVIDERS)
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
     return value
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at character {exc.pos}): "
+                                         f"{text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {text!r}")
+    return value
+
+
+#: Providers that call a hosted API: ``--model`` must be given (no silent default).
+API_PROVIDERS = ("openai", "azure", "gemini")
+#: Provider flags and the providers that take them (others refuse them with a message).
+_FLAG_PROVIDERS = {
+    "extra_body": ("--extra-body", ("openai", "azure")),
+    "max_image_side": ("--max-image-side", API_PROVIDERS),
+    "max_image_pixels": ("--max-image-pixels", API_PROVIDERS),
+    "server_wait": ("--server-wait", ("openai",)),
+}
+
+
+def check_provider_flags(args: argparse.Namespace, provider: str) -> None:
+    """Refuse flags the chosen provider would ignore; require ``--model`` for API providers.
+
+    Raises:
+        ConfigError: Naming the flag and the providers that take it.
+    """
+    if is_plugin_spec(provider):
+        return
+    if provider in BASELINE_PROVIDERS and args.max_new_tokens is not None:
+        raise ConfigError(f"--max-new-tokens: the {provider} baseline generates no text; drop "
+                          f"the flag (it applies to opensource, transformers and the API "
+                          f"providers)")
+    for dest, (flag, takers) in _FLAG_PROVIDERS.items():
+        if getattr(args, dest) is not None and provider not in takers:
+            raise ConfigError(f"{flag} applies to --provider {' / '.join(takers)}, not "
+                              f"{provider}")
+    if provider in API_PROVIDERS and not args.model:
+        raise ConfigError(f"--provider {provider} needs --model (the model or deployment to "
+                          f"call, e.g. --model gpt-5.4; for an OpenAI-compatible server, the "
+                          f"name it serves)")
 
 
 def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
@@ -96,11 +157,9 @@ def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
                             "65536 for most aliases).")
     group.add_argument("--gpu-memory-utilization", "--gpu_memory_utilization",
                        dest="gpu_memory_utilization", type=_fraction, default=None,
-                       help="Fraction of GPU memory vLLM may use, in (0, 1] (default: 0.85).")
-    group.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens",
-                       type=positive_int, default=None,
-                       help="Output-token cap per turn for the local providers "
-                            "(default: 8192).")
+                       help="Fraction of GPU memory vLLM may use, in (0, 1]; with vLLM's CPU "
+                            "build, the fraction of the machine's memory (default: 0.85 on "
+                            "GPU, 0.5 on CPU).")
     group.add_argument("--batch-size", "--batch_size", dest="batch_size", type=positive_int,
                        default=None,
                        help="transformers: conversations per generate call (default: 8; "
@@ -114,7 +173,7 @@ def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
 def _local_model_options(args: argparse.Namespace) -> dict[str, object]:
     """The local-provider flags that were given, as ``create_model`` options."""
     names = ("model_path", "tensor_parallel_size", "max_model_len", "gpu_memory_utilization",
-             "max_new_tokens", "batch_size", "device")
+             "batch_size", "device")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -144,6 +203,25 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                        help="openai/azure reasoning models: reasoning_effort (choices: none, "
                             "minimal, low, medium, high, xhigh); gemini 3: thinking_level "
                             "(choices: minimal, low, medium, high) (default: medium).")
+    group.add_argument("--extra-body", "--extra_body", dest="extra_body", type=_json_object,
+                       default=None,
+                       help="openai/azure: a JSON object of further request fields sent with "
+                            "every request, e.g. '{\"top_k\": 1}' for vLLM or SGLang; "
+                            "recorded in the run manifest and part of its identity (a resumed "
+                            "run must use the same) (default: none).")
+    group.add_argument("--max-image-side", "--max_image_side", dest="max_image_side",
+                       type=positive_int, default=None,
+                       help="Downscale images whose longest side exceeds N pixels before "
+                            "sending them (Lanczos, PNG); recorded in the manifest (default: "
+                            "the bundle's images as they are).")
+    group.add_argument("--max-image-pixels", "--max_image_pixels", dest="max_image_pixels",
+                       type=positive_int, default=None,
+                       help="Downscale images with more than N pixels (width x height) before "
+                            "sending them; recorded in the manifest (default: no bound).")
+    group.add_argument("--server-wait", "--server_wait", dest="server_wait", type=float,
+                       default=None,
+                       help="openai with --base-url: seconds to wait for a server that is "
+                            "still starting before the first request (default: 900).")
     group.add_argument("--estimate-cost", "--estimate_cost", dest="estimate_cost",
                        action="store_true",
                        help="Print the expected API cost of the selected cases for --model and "
@@ -155,7 +233,9 @@ def _api_options(args: argparse.Namespace) -> dict[str, object]:
     """The API-provider flags that were given, as ``create_model`` options."""
     names = {"base_url": "base_url", "deployment": "deployment", "api_keys": "api_keys",
              "concurrency": "concurrency", "max_retries": "max_retries",
-             "request_timeout": "timeout_s", "reasoning_effort": "reasoning_effort"}
+             "request_timeout": "timeout_s", "reasoning_effort": "reasoning_effort",
+             "extra_body": "extra_body", "max_image_side": "max_image_side",
+             "max_image_pixels": "max_image_pixels", "server_wait": "server_wait_s"}
     return {option: getattr(args, flag) for flag, option in names.items()
             if getattr(args, flag) is not None}
 
@@ -176,13 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "eval_vlm_on_chexpercept.output_path, else "
                              f"{io.stage_output_dir('03')}).")
     parser.add_argument("--provider", type=_provider_arg, default="opensource",
-                        help="Model provider (default: %(default)s; choices: "
-                             f"{', '.join(PROVIDERS)}, or a plugin package.module:ClassName "
-                             "naming an importable utils.llm.base.ChatModel subclass). "
-                             f"Available in this version: {', '.join(BASELINE_PROVIDERS)}.")
+                        help="Model provider (default: %(default)s). Providers: "
+                             f"{_provider_listing()}; or a plugin package.module:ClassName "
+                             "naming an importable utils.llm.base.ChatModel subclass.")
     parser.add_argument("--model", default=None,
-                        help=f"Model alias or id (default: '{BASELINE_MODEL}' for "
-                             f"{'/'.join(BASELINE_PROVIDERS)}, else '{DEFAULT_MODEL}').")
+                        help=f"Model alias or id; required for {'/'.join(API_PROVIDERS)} "
+                             f"(default: '{BASELINE_MODEL}' for "
+                             f"{'/'.join(BASELINE_PROVIDERS)}, '{DEFAULT_MODEL}' for "
+                             f"opensource/transformers).")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="Evaluate only the first N cases in JSON order (default: all).")
     parser.add_argument("--per_path_limit", "--per-path-limit", dest="per_path_limit",
@@ -196,8 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Oracle setting (default: %(default)s; choices: %(choices)s).")
     parser.add_argument("--no-thinking", "--no_thinking", dest="no_thinking",
                         action="store_true",
-                        help="Disable thinking where the provider supports it; the run folder "
+                        help="Disable thinking where the provider supports it (vLLM and "
+                             "OpenAI-compatible servers: chat-template argument "
+                             "enable_thinking=false; OpenAI reasoning models and Gemini: "
+                             "their lowest reasoning effort or thinking level); the run folder "
                              "gets a _no_thinking suffix (default: off).")
+    parser.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens",
+                        type=positive_int, default=None,
+                        help="Output-token cap per turn for every provider that generates "
+                             "(vLLM max_tokens, transformers max_new_tokens, OpenAI "
+                             "max_tokens / max_completion_tokens, Gemini max_output_tokens); "
+                             "refused for the baselines (default: 8192).")
     parser.add_argument("--resume", action="store_true",
                         help="Accepted for compatibility: runs always resume (default: off).")
     parser.add_argument("--save-every", "--save_every", dest="save_every", type=positive_int,
@@ -230,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value:
                 os.environ[var] = value
     provider = "dummy" if args.debug else args.provider
+    check_provider_flags(args, provider)
     model_name = args.model or default_model(provider)
     seed = args.seed if args.seed is not None else (config.seed if config else 0)
     output_path = args.output_path or (
@@ -266,8 +357,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              progress=show_progress)
     logger.info("provider %s, model %s, oracle %s, %d case(s); log: %s", provider, model_name,
                 args.oracle_setting, len(cases), log_path)
+    generation = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
     model = create_model(provider, model_name, seed=seed, no_thinking=args.no_thinking,
-                         **_local_model_options(args), **_api_options(args))
+                         **generation, **_local_model_options(args), **_api_options(args))
+    try:
+        model.preflight()  # API: wait for a starting server, check it serves --model
+        check_budget(cases, model)  # before the offline engine loads
+    except BaseException:
+        model.close()
+        raise
     settings = EvalSettings(provider=provider, model=model_name,
                             oracle_setting=args.oracle_setting, no_thinking=args.no_thinking,
                             seed=seed, save_every=args.save_every, part=args.part,

@@ -11,7 +11,8 @@ Standard library only (``http.server`` in a thread, HTTP/1.1 keep-alive). It ans
 - the answer text from ``answer(body)`` (default ``Answer: 1``), with usage counts.
 
 Action keys: ``status`` (HTTP status; a JSON error body is sent), ``headers`` (extra response
-headers), ``error_code`` (``error.code`` of the body), ``delay_s`` (sleep first),
+headers), ``error_code`` (``error.code`` of the body), ``error_message`` (its
+``error.message``), ``delay_s`` (sleep first),
 ``content`` (answer text; None for a null content), ``finish_reason``, ``refusal``.
 
 Run as a script for a separate-process server (benchmarks)::
@@ -291,7 +292,8 @@ class _AsyncHandler(asyncio.Protocol):
             server.stats.by_status[status] += 1
             server.stats.in_flight -= 1
         if status != 200:
-            err = {"error": {"message": f"loopback {status}", "type": "loopback",
+            err = {"error": {"message": action.get("error_message", f"loopback {status}"),
+                             "type": "loopback",
                              "param": None, "code": action.get("error_code")}}
             self._send(status, err, action.get("headers"), close)
             return
@@ -377,7 +379,8 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 with server._lock:
                     server.stats.by_status[status] += 1
                 if status != 200:
-                    err = {"error": {"message": f"loopback {status}", "type": "loopback",
+                    err = {"error": {"message": action.get("error_message", f"loopback {status}"),
+                             "type": "loopback",
                                      "param": None, "code": action.get("error_code")}}
                     self._send(status, err, action.get("headers"))
                     return

@@ -14,7 +14,7 @@ from PIL import Image
 from utils.errors import ConfigError, ProviderError
 from utils.llm.base import Message, TurnRequest
 from utils.llm.gemini_provider import GeminiChatModel
-from utils.llm.retry import RetryPolicy
+from utils.llm.retry import RetriesExhausted, RetryPolicy
 
 KEY = "AIzaTEST-secret-0123456789"
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.001, max_delay_s=0.01)
@@ -134,9 +134,9 @@ def test_429_then_500_retried_async(png):
 
 def test_sdk_does_not_retry_on_its_own(png):
     fake = Fake((429, rate_limited("0s")))
-    completion = _model(fake, retry_policy=RetryPolicy(max_retries=0)).generate(
-        [_request(png)])[0]
-    assert completion.status == "error" and completion.attempts == 1 and len(fake.seen) == 1
+    with pytest.raises(RetriesExhausted, match="after 1 attempt"):
+        _model(fake, retry_policy=RetryPolicy(max_retries=0)).generate([_request(png)])
+    assert len(fake.seen) == 1
 
 
 @pytest.mark.parametrize(("body", "status"), [

@@ -23,7 +23,7 @@ from utils.llm.openai_provider import (
     is_reasoning_model,
     no_thinking_effort,
 )
-from utils.llm.retry import RetryPolicy
+from utils.llm.retry import RetriesExhausted, RetryPolicy
 
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.001, max_delay_s=0.01)
 KEY = "sk-test-SECRET-0123456789"
@@ -136,19 +136,19 @@ def test_500s_are_retried(server, png):
     assert [s.status for s in server.chat_requests()] == [500, 503, 200]
 
 
-def test_exhausted_retries_record_error_with_attempts(server, png):
+def test_exhausted_retries_stop_the_run_and_record_nothing(server, png):
     server.push(*[{"status": 500}] * 3)
     policy = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.01)
-    completion = _model(server, retry_policy=policy).generate([_request(png)])[0]
-    assert completion.status == "error" and completion.attempts == 3
-    assert "after 3 attempt(s)" in completion.error and len(server.chat_requests()) == 3
+    with pytest.raises(RetriesExhausted) as info:
+        _model(server, retry_policy=policy).generate([_request(png)])
+    assert "after 3 attempt(s)" in str(info.value) and "nothing was recorded" in str(info.value)
+    assert len(server.chat_requests()) == 3
 
 
 def test_sdk_retries_are_off(server, png):
     server.push({"status": 429, "headers": {"Retry-After": "0"}})
-    completion = _model(server, retry_policy=RetryPolicy(max_retries=0)).generate(
-        [_request(png)])[0]
-    assert completion.status == "error" and completion.attempts == 1
+    with pytest.raises(RetriesExhausted, match="after 1 attempt"):
+        _model(server, retry_policy=RetryPolicy(max_retries=0)).generate([_request(png)])
     assert len(server.chat_requests()) == 1  # the SDK did not retry on its own
 
 
@@ -187,10 +187,20 @@ def test_bad_request_fails_fast(server, png, status):
     assert len(server.chat_requests()) == 1
 
 
-def test_context_overflow_is_a_recorded_error_not_a_stop(server, png):
-    server.push({"status": 400, "error_code": "context_length_exceeded"})
-    completion = _model(server).generate([_request(png)])[0]
-    assert completion.status == "error" and "400" in completion.error
+@pytest.mark.parametrize("push", [
+    {"status": 400, "error_code": "context_length_exceeded"},
+    {"status": 400, "error_message": "This model's maximum context length is 4096 tokens. "
+                                     "However, you requested 8192 output tokens and your "
+                                     "prompt contains at least 61 input tokens"},
+])
+def test_context_overflow_stops_the_run_naming_the_flags(server, png, push):
+    server.push(push)
+    with pytest.raises(ProviderError) as info:
+        _model(server, max_new_tokens=8192).generate([_request(png)])
+    text = str(info.value)
+    assert "does not fit the model's context" in text and "8192 new tokens" in text
+    assert "--max-new-tokens" in text and "--max-model-len" in text
+    assert "API key" not in text and len(server.chat_requests()) == 1
 
 
 def test_sync_generate_runs_requests_concurrently_within_the_bound(server, png):

@@ -17,6 +17,7 @@ from utils.llm.retry import (
     Failure,
     RequestFailed,
     Retrier,
+    RetriesExhausted,
     RetryPolicy,
     backoff_delay,
     parse_retry_after,
@@ -92,18 +93,20 @@ def test_retrier_retries_then_succeeds_and_counts():
     assert retrier.stats.retries == 2 and retrier.stats.attempts == 3
 
 
-def test_retrier_exhausts_with_attempt_count():
+def test_retrier_exhausted_is_a_fault_that_stops_the_run_not_an_answer():
     retrier, fn, sleeps, calls = _retrier(["retryable"] * 5, max_retries=2)
-    with pytest.raises(RequestFailed) as info:
+    with pytest.raises(RetriesExhausted) as info:
         retrier.call(fn, sleep=sleeps.append)
-    assert info.value.attempts == 3 and info.value.exhausted and calls["n"] == 3
+    assert isinstance(info.value, ProviderError) and calls["n"] == 3 and len(sleeps) == 2
+    assert "after 3 attempt(s)" in str(info.value) and "nothing was recorded" in str(info.value)
 
 
 def test_retrier_fatal_raises_provider_error_at_once():
     retrier, fn, sleeps, calls = _retrier(["fatal"])
-    with pytest.raises(ProviderError, match="401"):
+    with pytest.raises(ProviderError, match="boom fatal") as info:
         retrier.call(fn, sleep=sleeps.append)
     assert calls["n"] == 1 and sleeps == []
+    assert not isinstance(info.value, RetriesExhausted)
 
 
 def test_retrier_request_failure_is_not_retried():

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from utils.errors import ConfigError
 from utils.llm import _images
 from utils.llm.base import ChatModel, Completion, TurnRequest
 from utils.llm.retry import Failure, RequestFailed, Retrier, RetryPolicy
@@ -76,13 +77,21 @@ class ImageCache:
     Args:
         size: Most entries.
         max_bytes: Most bytes of cached values (data URLs count one byte per character).
+        max_side: ``--max-image-side``: longest side sent, in pixels (None: as stored).
+        max_pixels: ``--max-image-pixels``: most pixels sent (None: as stored).
 
     Attributes:
         hits: Lookups answered from the cache.
         misses: Lookups that read and encoded the file.
     """
 
-    def __init__(self, size: int = _IMAGE_CACHE_SIZE, max_bytes: int = IMAGE_CACHE_BYTES) -> None:
+    def __init__(self, size: int = _IMAGE_CACHE_SIZE, max_bytes: int = IMAGE_CACHE_BYTES, *,
+                 max_side: int | None = None, max_pixels: int | None = None) -> None:
+        for name, value in (("--max-image-side", max_side), ("--max-image-pixels", max_pixels)):
+            if value is not None and int(value) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        self.max_side = int(max_side) if max_side else None
+        self.max_pixels = int(max_pixels) if max_pixels else None
         self.size = size
         self.max_bytes = max_bytes
         self.nbytes = 0
@@ -107,22 +116,33 @@ class ImageCache:
             return item[0]
         self.misses += 1
         value: Any
+        bounds = (self.max_side, self.max_pixels)
         if kind == "data_url":
-            value = _images.image_data_url(path)
+            value = _images.image_data_url(path, *bounds)
             nbytes = len(value)
         elif kind == "data_url_json":
-            value = json.dumps(_images.image_data_url(path), ensure_ascii=False).encode("utf-8")
+            value = json.dumps(_images.image_data_url(path, *bounds),
+                               ensure_ascii=False).encode("utf-8")
             nbytes = len(value)
         else:
-            data = _images.read_image_bytes(path)
-            value = (data, _images.image_mime_type(data, path))
-            nbytes = len(data)
+            value = _images.read_bounded(path, *bounds)
+            nbytes = len(value[0])
         self._items[key] = (value, nbytes)
         self.nbytes += nbytes
         while len(self._items) > 1 and (len(self._items) > self.size
                                         or self.nbytes > self.max_bytes):
             self.nbytes -= self._items.popitem(last=False)[1][1]
         return value
+
+
+    def describe(self) -> dict[str, Any]:
+        """The image bounds, for the run manifest (empty when images are sent as stored)."""
+        out: dict[str, Any] = {}
+        if self.max_side:
+            out["max_image_side"] = self.max_side
+        if self.max_pixels:
+            out["max_image_pixels"] = self.max_pixels
+        return out
 
 
 class ApiChatModel(ChatModel):
@@ -135,13 +155,20 @@ class ApiChatModel(ChatModel):
             concurrency itself).
         timeout_s: Per-attempt HTTP timeout in seconds.
         retry_policy: Full policy; overrides ``max_retries`` when given (tests).
+        max_image_side: Downscale images whose longest side exceeds this many pixels before
+            sending (``--max-image-side``; None sends the bundle's files as they are).
+        max_image_pixels: Downscale images with more pixels than this (``--max-image-pixels``).
+
+    Raises:
+        ConfigError: If an image bound is below 1.
     """
 
     supports_async = True
 
     def __init__(self, model: str, *, max_retries: int = 6,
                  concurrency: int = DEFAULT_CONCURRENCY, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retry_policy: RetryPolicy | None = None) -> None:
+                 retry_policy: RetryPolicy | None = None, max_image_side: int | None = None,
+                 max_image_pixels: int | None = None) -> None:
         super().__init__(model)
         for name in ("httpx2", "httpx"):  # one INFO line per HTTP request otherwise
             sdk_logger = logging.getLogger(name)
@@ -151,7 +178,8 @@ class ApiChatModel(ChatModel):
         self.timeout_s = float(timeout_s)
         self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
                                self._classify, self.provider)
-        self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency))
+        self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency),
+                                 max_side=max_image_side, max_pixels=max_image_pixels)
 
     # -- subclass hooks -------------------------------------------------------------------
     @abc.abstractmethod

@@ -45,15 +45,77 @@ def read_image_bytes(path: str | Path) -> bytes:
         raise ProviderError(f"{path}: cannot read image ({exc})") from exc
 
 
-def image_data_url(path: str | Path) -> str:
-    """``data:<mime>;base64,<file bytes>`` for an image file (OpenAI / vLLM ``image_url``).
+def bounded_size(width: int, height: int, max_side: int | None,
+                 max_pixels: int | None) -> tuple[int, int]:
+    """The size an image is sent at under ``--max-image-side`` / ``--max-image-pixels``.
+
+    Args:
+        width: The image's width in pixels.
+        height: The image's height in pixels.
+        max_side: Longest side allowed in pixels, or None.
+        max_pixels: Most pixels (width x height) allowed, or None.
+
+    Returns:
+        ``(width, height)`` unchanged when within both bounds, else scaled down (aspect ratio
+        kept, each side rounded down, at least 1).
+    """
+    scale = 1.0
+    if max_side and max(width, height) > max_side:
+        scale = max_side / max(width, height)
+    if max_pixels and width * height * scale * scale > max_pixels:
+        scale = (max_pixels / (width * height)) ** 0.5
+    if scale >= 1.0:
+        return width, height
+    return max(1, int(width * scale)), max(1, int(height * scale))
+
+
+def read_bounded(path: str | Path, max_side: int | None = None,
+                 max_pixels: int | None = None) -> tuple[bytes, str]:
+    """The image's bytes and MIME type, downscaled when over a bound.
+
+    Within the bounds (or without any) the file's own bytes are returned, so the model sees
+    the bundle's pixels exactly. Over a bound the image is resized with Lanczos filtering
+    (its mode kept: grayscale stays grayscale) and sent as PNG.
+
+    Raises:
+        ProviderError: If the file cannot be read or is not an image.
+    """
+    data = read_image_bytes(path)
+    mime = image_mime_type(data, path)
+    if not max_side and not max_pixels:
+        return data, mime
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            size = bounded_size(img.width, img.height, max_side, max_pixels)
+            if size == (img.width, img.height):
+                return data, mime
+            resized = img.resize(size, Image.Resampling.LANCZOS)
+    except (OSError, UnidentifiedImageError) as exc:
+        raise ProviderError(f"{path}: cannot open image ({exc})") from exc
+    out = io.BytesIO()
+    resized.save(out, format="PNG")
+    return out.getvalue(), "image/png"
+
+
+def image_data_url(path: str | Path, max_side: int | None = None,
+                   max_pixels: int | None = None) -> str:
+    """``data:<mime>;base64,<bytes>`` for an image file (OpenAI / vLLM ``image_url``).
+
+    Args:
+        path: The image file.
+        max_side: Longest side sent in pixels (None: the file as it is).
+        max_pixels: Most pixels sent (None: the file as it is).
 
     Raises:
         ProviderError: If the file is missing, unreadable or not an image format listed in
             :func:`image_mime_type`.
     """
-    data = read_image_bytes(path)
-    return f"data:{image_mime_type(data, path)};base64,{base64.b64encode(data).decode('ascii')}"
+    data, mime = read_bounded(path, max_side, max_pixels)
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def load_rgb(path: str | Path) -> Image.Image:

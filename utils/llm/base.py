@@ -92,6 +92,33 @@ class Completion:
     response_model: str | None = None
 
 
+@dataclass(frozen=True)
+class PromptLimits:
+    """What one request may hold, as far as a provider knows before its first request.
+
+    Attributes:
+        context_tokens: Context length in tokens (prompt plus new tokens), or None if unknown.
+        max_new_tokens: Output tokens each request asks for (they count against the context),
+            or None when the provider sends no cap.
+        max_images: Images one request may carry, or None when there is no known limit.
+        image_rule: How to estimate an image's prompt tokens (``utils.llm.tokens.ImageRule``),
+            or None for the generic rule.
+        tokenizer_file: A local ``tokenizer.json`` that counts text tokens exactly, or None
+            (then text is estimated at ``utils.llm.tokens.CHARS_PER_TOKEN``).
+        context_source: Where ``context_tokens`` came from (a flag, the model registry,
+            ``config.json``, the server), for messages.
+        context_flag: The flag or setting that changes the context (for messages).
+    """
+
+    context_tokens: int | None = None
+    max_new_tokens: int | None = None
+    max_images: int | None = None
+    image_rule: Any = None
+    tokenizer_file: Path | None = None
+    context_source: str = ""
+    context_flag: str = ""
+
+
 class ChatModel(abc.ABC):
     """A model that answers batches of chat requests.
 
@@ -132,6 +159,32 @@ class ChatModel(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources bound to the running event loop (async HTTP clients)."""
+
+    def preflight(self) -> None:  # noqa: B027 - optional hook
+        """Check, before the first request, that the model can be reached and is the one meant.
+
+        The API providers wait here for a server that is still starting (bounded) and check
+        that it serves ``--model``; the default does nothing.
+
+        Raises:
+            ProviderError: If the server never became ready or serves another model.
+        """
+
+    def prompt_limits(self) -> PromptLimits:
+        """The context, output-token and image limits of one request (unknowns are None).
+
+        Called after :meth:`preflight` and before the first request; must not load weights.
+        """
+        return PromptLimits()
+
+    def count_prompt_tokens(self, request: TurnRequest) -> int | None:
+        """Exact prompt tokens of ``request`` where the provider can count them cheaply.
+
+        Returns:
+            The count, or None (the default) when only an estimate is possible.
+        """
+        del request
+        return None
 
     def describe(self) -> dict[str, Any]:
         """Settings recorded in the run manifest (no secrets)."""

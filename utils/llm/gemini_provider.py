@@ -40,9 +40,10 @@ from utils.llm._api import (
     LoopBound,
     answer_completion,
 )
-from utils.llm.base import Completion, TurnRequest, Usage
+from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +89,12 @@ class GeminiChatModel(ApiChatModel):
             API key is found, else Vertex AI.
         reasoning_effort: Gemini 3 ``thinking_level`` (one of :data:`THINKING_LEVELS`).
         max_output_tokens: ``max_output_tokens`` per call.
+        max_new_tokens: ``--max-new-tokens``; when given it replaces ``max_output_tokens``.
         temperature: None: 1.0 for Gemini 3, else 0.0.
         seed: Sent with every call.
         no_thinking: See the module docstring.
         base_url: Override the API endpoint (tests, proxies).
-        max_retries, concurrency, timeout_s, retry_policy: See
+        max_image_side, max_image_pixels, max_retries, concurrency, timeout_s, retry_policy: See
             :class:`~utils.llm._api.ApiChatModel`.
         http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
         env: Environment to read keys from (default ``os.environ``).
@@ -110,13 +112,16 @@ class GeminiChatModel(ApiChatModel):
     def __init__(self, model: str, *, api_keys: str | Path | None = None,
                  vertex: bool | None = None, reasoning_effort: str | None = None,
                  max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+                 max_new_tokens: int | None = None,
                  temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
-                 base_url: str | None = None, max_retries: int = 6, concurrency: int = 16,
-                 timeout_s: float = 600.0, retry_policy: Any = None, http_client: Any = None,
-                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
-                 **options: Any) -> None:
+                 base_url: str | None = None, max_image_side: int | None = None,
+                 max_image_pixels: int | None = None, max_retries: int = 6,
+                 concurrency: int = 16, timeout_s: float = 600.0, retry_policy: Any = None,
+                 http_client: Any = None, async_http_client: Any = None,
+                 env: Mapping[str, str] | None = None, **options: Any) -> None:
         super().__init__(model, max_retries=max_retries, concurrency=concurrency,
-                         timeout_s=timeout_s, retry_policy=retry_policy)
+                         timeout_s=timeout_s, retry_policy=retry_policy,
+                         max_image_side=max_image_side, max_image_pixels=max_image_pixels)
         self._genai = require("google.genai", "gemini", "the gemini provider")
         self._types = require("google.genai.types", "gemini", "the gemini provider")
         self._errors = require("google.genai.errors", "gemini", "the gemini provider")
@@ -128,7 +133,7 @@ class GeminiChatModel(ApiChatModel):
                               f"got {reasoning_effort!r}")
         self.thinking_level = reasoning_effort
         self.no_thinking = bool(no_thinking)
-        self.max_output_tokens = int(max_output_tokens)
+        self.max_output_tokens = int(max_new_tokens or max_output_tokens)
         self.temperature = (temperature if temperature is not None
                             else (1.0 if is_gemini3(model) else 0.0))
         self.seed = int(seed)
@@ -181,7 +186,12 @@ class GeminiChatModel(ApiChatModel):
         """Manifest settings (backend, project/location, generation config; never the key)."""
         return {**super().describe(), "backend": "vertex" if self.vertex else "developer",
                 "project": self.project, "location": self.location, "base_url": self.base_url,
-                "params": self.config_params()}
+                "params": self.config_params(), **self.images.describe()}
+
+    def prompt_limits(self) -> PromptLimits:
+        """The output-token cap (Gemini's context, 1M tokens, fits any dialogue)."""
+        return PromptLimits(max_new_tokens=self.max_output_tokens,
+                            image_rule=rule_for_model(self.model))
 
     def _make_client(self) -> Any:
         types = self._types

@@ -24,21 +24,23 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from utils.deps import require
-from utils.errors import ConfigError
+from utils.errors import ConfigError, ProviderError
 from utils.llm._api import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     ApiChatModel,
     LoopBound,
     answer_completion,
 )
-from utils.llm.base import Completion, TurnRequest, Usage
+from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,46 @@ CONNECTIONS_PER_CLIENT = 4
 _REASONING = re.compile(r"^(gpt-5|o\d)")
 _GPT5_NONE = re.compile(r"^gpt-5\.\d")
 _CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
+#: How a server words "the request is longer than the context" (OpenAI, vLLM, SGLang, Ollama).
+_CONTEXT_TEXT = re.compile(r"context length|context window|maximum model length|"
+                           r"max_model_len|too many tokens|prompt is too long|"
+                           r"longer than the model", re.IGNORECASE)
+#: Default ``--server-wait``: seconds to wait for an OpenAI-compatible server that is starting
+#: (loading a large model in vLLM takes minutes).
+DEFAULT_SERVER_WAIT_S = 900.0
+#: Seconds between two readiness probes, and between two "still waiting" log lines.
+SERVER_POLL_S = 2.0
+SERVER_LOG_EVERY_S = 15.0
+#: Request fields ``--extra-body`` may not set (the harness owns them).
+RESERVED_BODY_FIELDS = ("model", "messages", "stream", "n")
+
+
+def check_extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``--extra-body`` as a plain dict, checked.
+
+    Args:
+        extra_body: The fields, or None.
+
+    Returns:
+        A copy (empty when None).
+
+    Raises:
+        ConfigError: If it is not a mapping, is not JSON-serialisable, or sets one of
+            :data:`RESERVED_BODY_FIELDS`.
+    """
+    if extra_body is None:
+        return {}
+    if not isinstance(extra_body, Mapping):
+        raise ConfigError(f"--extra-body must be a JSON object, got {type(extra_body).__name__}")
+    reserved = sorted(set(extra_body) & set(RESERVED_BODY_FIELDS))
+    if reserved:
+        raise ConfigError(f"--extra-body may not set {', '.join(reserved)} (the harness sends "
+                          f"them); remove them from the object")
+    try:
+        json.dumps(dict(extra_body), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--extra-body is not valid JSON data ({exc})") from None
+    return dict(extra_body)
 _FILTER_CODES = ("content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation")
 
 
@@ -166,19 +208,26 @@ class OpenAIChatModel(ApiChatModel):
         reasoning_effort: Effort for reasoning models; None: ``medium`` (or the
             ``no_thinking`` value).
         max_output_tokens: ``max_completion_tokens`` / ``max_tokens`` per call.
+        max_new_tokens: ``--max-new-tokens``; when given it replaces ``max_output_tokens``.
+        extra_body: Further request fields for the server (``--extra-body``, e.g.
+            ``{"top_k": 1}``), sent with every request after ours (they win), recorded in the
+            manifest and compared on resume. ``model``, ``messages`` and ``stream`` cannot be
+            set this way.
+        server_wait_s: With ``base_url``: how long :meth:`preflight` waits for a server that is
+            still starting (``--server-wait``, seconds; 0 checks once).
         temperature: Non-reasoning models only (default 0.0); never sent to reasoning models.
         seed: Sent to non-reasoning models.
         no_thinking: See the module docstring.
         image_detail: Optional ``detail`` of image parts (``low``/``high``/``auto``).
-        max_retries, concurrency, timeout_s, retry_policy: See
+        max_image_side, max_image_pixels, max_retries, concurrency, timeout_s, retry_policy: See
             :class:`~utils.llm._api.ApiChatModel`.
         http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
         env: Environment to read keys from (default ``os.environ``).
         **options: Options of other providers, ignored.
 
     Raises:
-        ConfigError: If no API key is found (names ``OPENAI_API_KEY`` and ``openai.api_key``)
-            or ``reasoning_effort`` is invalid.
+        ConfigError: If no API key is found (names ``OPENAI_API_KEY`` and ``openai.api_key``),
+            ``reasoning_effort`` is invalid or ``extra_body`` sets a field it may not.
         MissingDependencyError: If ``openai`` is not installed.
     """
 
@@ -189,13 +238,18 @@ class OpenAIChatModel(ApiChatModel):
     def __init__(self, model: str, *, base_url: str | None = None,
                  api_keys: str | Path | None = None, reasoning_effort: str | None = None,
                  max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+                 max_new_tokens: int | None = None,
+                 extra_body: Mapping[str, Any] | None = None,
+                 server_wait_s: float = DEFAULT_SERVER_WAIT_S,
                  temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
-                 image_detail: str | None = None, max_retries: int = 6, concurrency: int = 16,
-                 timeout_s: float = 600.0, retry_policy: Any = None, http_client: Any = None,
-                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
-                 **options: Any) -> None:
+                 image_detail: str | None = None, max_image_side: int | None = None,
+                 max_image_pixels: int | None = None, max_retries: int = 6,
+                 concurrency: int = 16, timeout_s: float = 600.0, retry_policy: Any = None,
+                 http_client: Any = None, async_http_client: Any = None,
+                 env: Mapping[str, str] | None = None, **options: Any) -> None:
         super().__init__(model, max_retries=max_retries, concurrency=concurrency,
-                         timeout_s=timeout_s, retry_policy=retry_policy)
+                         timeout_s=timeout_s, retry_policy=retry_policy,
+                         max_image_side=max_image_side, max_image_pixels=max_image_pixels)
         self._openai = require("openai", "openai", f"the {self.provider} provider")
         self._raw_response_type = require("httpx2", "openai",
                                           f"the {self.provider} provider").Response
@@ -209,7 +263,11 @@ class OpenAIChatModel(ApiChatModel):
         self.reasoning_effort = reasoning_effort or (
             no_thinking_effort(model) if no_thinking else DEFAULT_REASONING_EFFORT)
         self.no_thinking = bool(no_thinking)
-        self.max_output_tokens = int(max_output_tokens)
+        self.max_output_tokens = int(max_new_tokens or max_output_tokens)
+        self.extra_body = check_extra_body(extra_body)
+        self.server_wait_s = float(server_wait_s)
+        self.server_info: dict[str, Any] = {}
+        self._tokenize_supported: bool | None = None
         self.temperature = 0.0 if temperature is None else float(temperature)
         self.seed = int(seed)
         self.image_detail = image_detail
@@ -252,19 +310,24 @@ class OpenAIChatModel(ApiChatModel):
 
     def request_params(self) -> dict[str, Any]:
         """Generation parameters of every call (recorded in the manifest via :meth:`describe`)."""
+        params: dict[str, Any]
         if self.reasoning:
-            return {"max_completion_tokens": self.max_output_tokens,
-                    "reasoning_effort": self.reasoning_effort}
-        params: dict[str, Any] = {"max_tokens": self.max_output_tokens,
-                                  "temperature": self.temperature, "seed": self.seed}
-        if self.no_thinking:
-            params["chat_template_kwargs"] = {"enable_thinking": False}
+            params = {"max_completion_tokens": self.max_output_tokens,
+                      "reasoning_effort": self.reasoning_effort}
+        else:
+            params = {"max_tokens": self.max_output_tokens, "temperature": self.temperature,
+                      "seed": self.seed}
+            if self.no_thinking:
+                params["chat_template_kwargs"] = {"enable_thinking": False}
+        params.update(self.extra_body)
         return params
 
     def describe(self) -> dict[str, Any]:
         """Manifest settings (no key; retries, timeout and concurrency do not change answers)."""
         return {**super().describe(), "api_model": self.api_model, "base_url": self.base_url,
-                "params": self.request_params(), "image_detail": self.image_detail}
+                "params": self.request_params(), "image_detail": self.image_detail,
+                **({"extra_body": dict(self.extra_body)} if self.extra_body else {}),
+                **self.images.describe()}
 
     # -- calls ----------------------------------------------------------------------------
     def _body(self, request: TurnRequest) -> dict[str, Any]:
@@ -353,27 +416,144 @@ class OpenAIChatModel(ApiChatModel):
     def _classify(self, exc: BaseException) -> Failure | None:
         openai = self._openai
         secrets = (self._api_key,)
+        where = f" at {self.base_url}" if self.base_url else ""
         if isinstance(exc, openai.APITimeoutError):
-            return Failure("retryable", f"timeout after {self.timeout_s:g} s")
+            return Failure("retryable", f"timeout after {self.timeout_s:g} s{where}")
         if isinstance(exc, openai.APIConnectionError):
-            return Failure("retryable", redact(f"connection error: {exc}", secrets))
+            return Failure("retryable", redact(f"cannot connect to the server{where}: {exc}",
+                                               secrets))
         if isinstance(exc, json.JSONDecodeError):
             return Failure("retryable", f"response is not JSON ({exc.msg})")
         if not isinstance(exc, openai.APIStatusError):
             return None
         code = exc.status_code
         err_code = str(getattr(exc, "code", None) or "")
-        message = redact(f"HTTP {code}: {getattr(exc, 'message', exc)}", secrets)[:500]
-        if code == 400 and err_code in _CONTEXT_CODES:
-            return Failure("request", message, code)
+        text = str(getattr(exc, "message", exc))
+        message = redact(f"HTTP {code}: {text}", secrets)[:500]
+        if code in (400, 413, 422) and (err_code in _CONTEXT_CODES or _CONTEXT_TEXT.search(text)):
+            return Failure("fatal", self._context_message(message), code)
         if code == 400 and err_code in _FILTER_CODES:
             return Failure("request", message, code, completion_status="refused")
         if code in RETRYABLE_STATUS or code >= 500:
             return Failure("retryable", message, code,
                            retry_after_s=parse_retry_after(exc.response.headers))
         if status_kind(code) == "fatal":
-            return Failure("fatal", message, code)
+            return Failure("fatal", f"{message}. {self._fatal_hint(code)}", code)
         return Failure("request", message, code)
+
+    def _context_message(self, message: str) -> str:
+        """The context-overflow error: the server's words, our request and the flags."""
+        context = self.server_info.get("max_model_len")
+        limit = f"the server's context is {context} tokens; " if context else ""
+        return (f"the request does not fit the model's context ({message}). {limit}each "
+                f"request asks for up to {self.max_output_tokens} new tokens "
+                f"(--max-new-tokens) on top of the prompt: lower --max-new-tokens, bound the "
+                f"images (--max-image-side), or serve the model with a longer context (vLLM "
+                f"--max-model-len)")
+
+    def _fatal_hint(self, code: int) -> str:
+        if code in (401, 403):
+            return "Check the API key (and its permissions)"
+        if code == 404:
+            return (f"Check --model ({self.api_model!r})"
+                    + (f" and --base-url ({self.base_url})" if self.base_url else ""))
+        return "The server rejected the request; check --model, --extra-body and the server"
+
+    # -- before the run -------------------------------------------------------------------
+    def _get_json(self, url: str, timeout_s: float) -> tuple[int | None, Any]:
+        """GET ``url`` with the client's key; ``(status, JSON or None)``, status None if down."""
+        httpx2 = require("httpx2", "openai", f"the {self.provider} provider")
+        try:
+            response = httpx2.get(url, timeout=timeout_s,
+                                  headers={"Authorization": f"Bearer {self._api_key}"})
+        except httpx2.HTTPError as exc:
+            return None, str(exc) or type(exc).__name__
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, None
+
+    def preflight(self) -> None:
+        """With ``base_url``: wait for the server to answer ``GET /models``, check ``--model``.
+
+        A server that refuses connections or answers 5xx is still starting: probed every
+        :data:`SERVER_POLL_S` s for up to ``server_wait_s`` s, with a log line every
+        :data:`SERVER_LOG_EVERY_S` s. Records the served model's ``max_model_len`` (vLLM,
+        SGLang report it) for :meth:`prompt_limits`. Nothing is done for api.openai.com.
+
+        Raises:
+            ProviderError: If the server is not ready in time, or serves other models than
+                ``--model`` (the message lists them).
+        """
+        if not self.base_url:
+            return
+        url = self.base_url.rstrip("/") + "/models"
+        started = time.monotonic()
+        last_log = started
+        while True:
+            status, data = self._get_json(url, min(30.0, self.timeout_s))
+            if status is not None and status < 500:
+                break
+            waited = time.monotonic() - started
+            why = f"HTTP {status}" if status is not None else data
+            if waited >= self.server_wait_s:
+                raise ProviderError(
+                    f"the server at {self.base_url} did not become ready in "
+                    f"{self.server_wait_s:g} s (last: {why}); start it (docs/engines.md) or "
+                    f"wait longer with --server-wait SECONDS; nothing was recorded")
+            if time.monotonic() - last_log >= SERVER_LOG_EVERY_S or waited == 0:
+                logger.info("waiting for the server at %s to be ready (%s; %.0f s of %g s)",
+                            self.base_url, why, waited, self.server_wait_s)
+                last_log = time.monotonic()
+            time.sleep(SERVER_POLL_S)
+        if status in (401, 403):
+            raise ProviderError(f"the server at {self.base_url} refused the API key (HTTP "
+                                f"{status} on GET /models); set OPENAI_API_KEY to its key")
+        served = [m for m in (data or {}).get("data", []) if isinstance(m, dict)] \
+            if isinstance(data, dict) else []
+        ids = [str(m.get("id")) for m in served]
+        if status == 200 and ids and self.api_model not in ids:
+            raise ProviderError(
+                f"the server at {self.base_url} serves {', '.join(map(repr, ids))}, not "
+                f"--model {self.api_model!r}: pass --model {ids[0]} (or start the server with "
+                f"--served-model-name {self.api_model})")
+        entry = next((m for m in served if m.get("id") == self.api_model), {})
+        if isinstance(entry.get("max_model_len"), int):
+            self.server_info["max_model_len"] = int(entry["max_model_len"])
+        logger.info("server at %s is ready (%s%s) after %.0f s", self.base_url,
+                    self.api_model, f", context {self.server_info['max_model_len']} tokens"
+                    if "max_model_len" in self.server_info else "",
+                    time.monotonic() - started)
+
+    def prompt_limits(self) -> PromptLimits:
+        """The server's context (from :meth:`preflight`) and the output-token cap."""
+        context = self.server_info.get("max_model_len")
+        return PromptLimits(context_tokens=context, max_new_tokens=self.max_output_tokens,
+                            image_rule=rule_for_model(self.model),
+                            context_source="the server" if context else "",
+                            context_flag="the server's --max-model-len")
+
+    def count_prompt_tokens(self, request: TurnRequest) -> int | None:
+        """Prompt tokens of ``request`` from the server's ``POST /tokenize`` (vLLM), or None.
+
+        vLLM's OpenAI-compatible server counts a chat request, images included, with the
+        model's own template and processor; other servers answer 404 (then None, and the
+        endpoint is not asked again).
+        """
+        if not self.base_url or self._tokenize_supported is False:
+            return None
+        httpx2 = require("httpx2", "openai", f"the {self.provider} provider")
+        root = re.sub(r"/v1/?$", "", self.base_url.rstrip("/"))
+        body = {"model": self.api_model, "add_generation_prompt": True,
+                "messages": build_messages(request, self.images, self.image_detail)}
+        try:
+            response = httpx2.post(f"{root}/tokenize", json=body, timeout=self.timeout_s,
+                                   headers={"Authorization": f"Bearer {self._api_key}"})
+            count = response.json().get("count") if response.status_code == 200 else None
+        except (httpx2.HTTPError, ValueError, AttributeError):
+            count = None
+        self._tokenize_supported = isinstance(count, int)
+        return int(count) if isinstance(count, int) else None
 
     # -- lifecycle ------------------------------------------------------------------------
     async def aclose(self) -> None:

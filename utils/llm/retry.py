@@ -14,18 +14,20 @@ google-genai), so every attempt goes through here and is counted (harness_anchor
   switch off, likewise uses a server's wait instead of its computed backoff.) Adding the
   backoff on top of a short server wait held each faulted case ~0.5 s longer than asked;
   with 5 % faults that cost ~3 % of the throughput (benchmarks/bench_api_throughput.py);
-- ``fatal`` (401/403 auth, 400/404/422 bad request): raise :class:`~utils.errors.ProviderError`
-  at once; every other request of the run would fail the same way, so the run stops;
-- ``request`` (this request alone can never succeed: context too long, content filter): no
-  retry, the turn is recorded with a status (``error`` / ``refused``).
+- ``fatal`` (401/403 auth, 400/404/422 bad request, a request longer than the context): raise
+  :class:`~utils.errors.ProviderError` at once; every other request of the run would fail the
+  same way, so the run stops;
+- ``request`` (this request alone can never succeed: a content filter): no retry, the turn is
+  recorded with a status (``error`` / ``refused``).
 
 A request sleeping in backoff is not in flight: when the async runner has bound the task to an
 :class:`InFlightSlot` (:data:`CURRENT_SLOT`), the slot is handed back for the sleep and taken
 again before the next attempt, so other cases use the connection meanwhile.
 
-When the retries run out, :class:`RequestFailed` carries the last failure and the attempt count;
-providers turn it into a ``status="error"`` completion (the turn is scored wrong, the run goes
-on, and ``--rerun``/resume never re-asks a recorded turn).
+When the retries run out, :class:`RetriesExhausted` (a ``ProviderError``) stops the run and
+nothing is recorded for that turn: a fault is not an answer, so a re-run asks it again.
+:class:`RequestFailed` carries a ``request`` failure (and the attempt count); providers turn it
+into a recorded completion status.
 """
 
 from __future__ import annotations
@@ -96,6 +98,14 @@ class Failure:
     status_code: int | None = None
     retry_after_s: float | None = None
     completion_status: str = "error"
+
+
+class RetriesExhausted(ProviderError):
+    """A retryable fault (connection, timeout, 429, 5xx) outlasted ``max_retries``.
+
+    The turn is not recorded: a fault of the network or the server is not an answer of the
+    model (docs/engines.md, "Faults").
+    """
 
 
 class RequestFailed(Exception):  # noqa: N818 - it is a control-flow result, not a bug
@@ -289,18 +299,22 @@ class Retrier:
             raise exc
         if failure.kind == "fatal":
             raise ProviderError(
-                f"{self.provider}: request {request_id or '?'} failed with "
-                f"{failure.status_code or 'an error'}: {failure.message}. This is not "
-                f"retried: check the API key, model/deployment name and base URL; the run "
-                f"stopped (recorded turns are kept; re-run to resume).") from None
+                f"{self.provider}: request {request_id or '?'} failed: {failure.message}. "
+                f"This is not retried; the run stopped and nothing was recorded for this "
+                f"turn (recorded turns are kept; re-run the same command to resume).") from None
         if failure.kind == "request":
             raise RequestFailed(failure, attempt, exhausted=False) from None
         self.stats.by_status[failure.status_code] = \
             self.stats.by_status.get(failure.status_code, 0) + 1
         if attempt > self.policy.max_retries:
-            logger.warning("%s: %s failed after %d attempt(s): %s", self.provider,
-                           request_id or "request", attempt, failure.message)
-            raise RequestFailed(failure, attempt, exhausted=True) from None
+            # a fault of the network or the server, not an answer of the model: never
+            # recorded (it would be scored as wrong); the run stops and a re-run asks again
+            raise RetriesExhausted(
+                f"{self.provider}: request {request_id or '?'} still failed after {attempt} "
+                f"attempt(s): {failure.message}. A fault is not an answer, so nothing was "
+                f"recorded for this turn; the run stopped (recorded turns are kept). Re-run "
+                f"the same command to resume once the server answers (--max-retries sets "
+                f"the attempts).") from None
         delay = backoff_delay(self.policy, attempt - 1, failure.retry_after_s, self.rng)
         logger.debug("%s: %s attempt %d failed (%s); retrying in %.2f s", self.provider,
                      request_id, attempt, failure.message, delay)

