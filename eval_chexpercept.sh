@@ -8,26 +8,42 @@
 # Every argument is passed to src/03_eval_vlm_on_chexpercept/00_eval.py (which rejects unknown
 # flags); then src/04_analyze_eval_result/01_analyze_model_performance.py runs on the same
 # --output-path, --oracle_setting and --benchmark-dir (skipped for --validate-only,
-# --estimate-cost and sharded --part runs: merge the parts with 01_merge_parts.py first). Uses .venv (made by setup.sh) unless CHEXPERCEPT_PYTHON is set.
+# --estimate-cost and sharded --part runs: merge the parts with 01_merge_parts.py first).
+#
+# Python environment, first match wins (one line on stderr says which is used):
+#   CHEXPERCEPT_PYTHON=/path/to/python   that interpreter
+#   ENV=NAME                             the conda env NAME (conda run --no-capture-output -n NAME
+#                                        python); exits 2 when conda or the env is missing
+#                                        (create it: conda env create -f envs/NAME.yml)
+#   conda on PATH                        the conda env 'hulumed' with --model hulu-med (its own env,
+#                                        envs/hulumed.yml), else 'chexpercept' (envs/chexpercept.yml),
+#                                        when that env exists
+#   otherwise                            .venv (made by bash setup.sh --cpu-only, run for you)
+# GPU fix: when that python has the nvidia-nvjitlink package, its nvidia/nvjitlink/lib folder is
+# put first on LD_LIBRARY_PATH (avoids "libcusparse.so.12: undefined symbol:
+# __nvJitLinkGetErrorLogSize_12_9"); without the package nothing changes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 case "${1:-}" in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-
-if [ -n "${CHEXPERCEPT_PYTHON:-}" ]; then PY="$CHEXPERCEPT_PYTHON"; else bash setup.sh --cpu-only >/dev/null; PY="$ROOT/.venv/bin/python"; fi
+# shellcheck source=scripts/lib/pyenv.sh
+source "$ROOT/scripts/lib/pyenv.sh"
 
 setting=implicit
 results="$ROOT/src/03_eval_vlm_on_chexpercept/outputs"
 analysis="$ROOT/src/04_analyze_eval_result"
 bench="$ROOT/data/chexpercept"
+default_env=chexpercept
 prev=""
 for arg in "$@"; do
   case "$prev" in
     --oracle_setting|--oracle-setting) setting="$arg" ;;
     --output-path|--output_path) results="$arg"; analysis="$arg" ;;
     --benchmark-dir|--benchmark_dir) bench="$arg" ;;
+    --model) [ "$arg" != hulu-med ] || default_env=hulumed ;;
   esac
   case "$arg" in
+    --model=hulu-med) default_env=hulumed ;;
     --oracle_setting=*|--oracle-setting=*) setting="${arg#*=}" ;;
     --output-path=*|--output_path=*) results="${arg#*=}"; analysis="${arg#*=}" ;;
     --benchmark-dir=*|--benchmark_dir=*) bench="${arg#*=}" ;;
@@ -35,8 +51,12 @@ for arg in "$@"; do
   prev="$arg"
 done
 
-"$PY" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
+chex_pyenv_select eval_chexpercept.sh "$default_env"
+[ "$CHEX_PYENV" != venv ] || bash setup.sh --cpu-only >/dev/null
+chex_pyenv_nvjitlink eval_chexpercept.sh
+
+"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
 case " $* " in *" --validate-only "*|*" --estimate-cost "*|*" --estimate_cost "*|*" --part "*) exit 0 ;; esac
 # The analysis goes next to the results when --output-path is given (else the release's folder).
-"$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
+"${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
   --oracle_setting "$setting" --benchmark-dir "$bench" --output-dir "$analysis"

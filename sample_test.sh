@@ -3,8 +3,9 @@
 #
 # Usage: bash sample_test.sh [--keep] [--work-dir DIR] [-h|--help]
 #
-# Sets itself up (bash setup.sh --cpu-only), generates the fixtures (synthetic chest phantoms for
-# all seven lesions plus one real radiograph from pydicom-data), then runs every stage:
+# Sets itself up (bash setup.sh --cpu-only, when it runs on .venv), generates the fixtures
+# (synthetic chest phantoms for all seven lesions plus one real radiograph from pydicom-data), then
+# runs every stage:
 #   00 curation (seeded sampling, image preparation, provided candidate masks in 2 shards + merge,
 #      annotation sheets auto-filled, distribution to 2 annotators)
 #   01 anatomy masks (provided) + morphological mask deformation
@@ -15,9 +16,23 @@
 # <work-dir>/chexpercept/ (your data/chexpercept/ is never touched).
 #   --keep   resume into the existing work dir instead of starting afresh
 # Exits non-zero on any failure.
+#
+# Python environment, first match wins (one line on stderr says which is used):
+#   CHEXPERCEPT_PYTHON=/path/to/python   that interpreter
+#   ENV=NAME                             the conda env NAME (conda run --no-capture-output -n NAME
+#                                        python); exits 2 when conda or the env is missing
+#                                        (create it: conda env create -f envs/NAME.yml)
+#   conda on PATH                        the conda env 'chexpercept' (envs/chexpercept.yml), when it
+#                                        exists
+#   otherwise                            .venv (made by bash setup.sh --cpu-only, run for you)
+# GPU fix: when that python has the nvidia-nvjitlink package, its nvidia/nvjitlink/lib folder is
+# put first on LD_LIBRARY_PATH (avoids "libcusparse.so.12: undefined symbol:
+# __nvJitLinkGetErrorLogSize_12_9"); without the package nothing changes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
+# shellcheck source=scripts/lib/pyenv.sh
+source "$ROOT/scripts/lib/pyenv.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 keep=0
@@ -37,8 +52,9 @@ start=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
 
 step "setup"
-bash setup.sh --cpu-only
-PY="$ROOT/.venv/bin/python"
+chex_pyenv_select sample_test.sh chexpercept
+if [ "$CHEX_PYENV" = venv ]; then bash setup.sh --cpu-only; fi
+chex_pyenv_nvjitlink sample_test.sh
 export CHEXPERCEPT_WORK_DIR="$WORK" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 CFG="$ROOT/cfg/config_sample_test.yaml"
 [ "$keep" = 1 ] || rm -rf "$WORK"
@@ -50,41 +66,41 @@ S04="$WORK/04_analyze_eval_result"
 BENCH="$WORK/chexpercept"
 
 step "fixtures"
-"$PY" scripts/sample_test/make_fixtures.py --out data/sample_test/generated
+"${PY[@]}" scripts/sample_test/make_fixtures.py --out data/sample_test/generated
 
 step "00 source data curation"
-"$PY" src/00_source_data_curation/00_sample_mimic_ils_case.py --config "$CFG" --no-progress
+"${PY[@]}" src/00_source_data_curation/00_sample_mimic_ils_case.py --config "$CFG" --no-progress
 for part in 0 1; do
-  "$PY" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --part "$part" --total-parts 2 --no-progress
+  "${PY[@]}" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --part "$part" --total-parts 2 --no-progress
 done
-"$PY" src/00_source_data_curation/02_prepare_positive_annotation.py --base-out "$S00/rosalia_pred" --total-parts 2
-"$PY" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
-"$PY" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
-"$PY" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
-"$PY" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
+"${PY[@]}" src/00_source_data_curation/02_prepare_positive_annotation.py --base-out "$S00/rosalia_pred" --total-parts 2
+"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
+"${PY[@]}" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
+"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
+"${PY[@]}" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
   --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
 
 step "01 anatomy masks + mask deformation"
-"$PY" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
-"$PY" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
+"${PY[@]}" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
+"${PY[@]}" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
 
 step "02 QA generation + benchmark export"
-"$PY" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
-"$PY" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
-"$PY" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
+"${PY[@]}" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
+"${PY[@]}" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
+"${PY[@]}" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
 
 step "03 evaluation"
-"$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only
+"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only
 for provider in oracle random dummy; do
   for setting in implicit none; do
-    "$PY" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
+    "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
       --provider "$provider" --oracle_setting "$setting" --no-progress
   done
 done
 
 step "04 analysis"
 for setting in implicit none; do
-  "$PY" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
+  "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
     --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
 done
 
