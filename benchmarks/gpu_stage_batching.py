@@ -1,23 +1,32 @@
-"""Benchmark (GPU): Stage 03 on vLLM, stage-batched versus one conversation at a time.
+"""Benchmark: Stage 03 on vLLM (GPU or vLLM's CPU build): batched, one at a time, asynchronous.
 
-harness_anchors.md section 3.6, target T5. Builds a tiny random Qwen2-VL (``tests/llm/tiny_vlm.py``,
-size ``gpu``; or loads ``--model-path``), writes a generated benchmark of ``--cases`` cases
-(``tests/evaluation/stage03_bundle.py`` cycling revision-required / revision-free / lesion-free
-over three lesions, each case with its own random 448 x 448 images), loads ONE vLLM engine through
-the ``opensource`` provider and runs the Stage 03 runner twice with ``--oracle_setting none``:
+Builds a tiny random Qwen2-VL (``tests/llm/tiny_vlm.py``, size ``gpu``; or loads ``--model-path``),
+writes a generated benchmark of ``--cases`` cases (``tests/evaluation/stage03_bundle.py`` cycling
+revision-required / revision-free / lesion-free over three lesions, each case with its own random
+448 x 448 images), loads ONE vLLM engine through the ``opensource`` provider and runs the Stage 03
+runner with ``--oracle_setting none``:
 
 1. ``sequential``: every conversation is its own ``LLM.chat`` call (the VLMEvalKit / lmms-eval
    pattern), on the first ``--sequential-cases`` cases;
-2. ``batched``: the runner's stage-synchronous path, one ``LLM.chat`` per turn index.
+2. ``batched``: the runner's stage-synchronous path, one ``LLM.chat`` per turn index (the
+   default of ``--vllm-engine``);
+3. ``async`` (``--modes`` includes it): vLLM's ``AsyncLLM`` under the async runner, each case's
+   next turn submitted as soon as its previous one ends (``--vllm-engine async``); its own
+   engine, loaded after the first is closed.
 
 The prefix cache is reset before each run. Prints and writes JSON (``--out``): wall time,
 requests/s, ``LLM.chat`` calls, time outside ``generate``, prefix-cache hits when vLLM exposes
-them, and how many greedy outputs of the shared cases agree (mismatches listed). No assertion
-on timings. Exits 2 at once, with the reason, when vllm or a CUDA GPU is missing.
+them, how many greedy outputs of the shared cases agree (mismatches listed), and for the batched
+run the **barrier idle share**: of the request-slot time inside the ``LLM.chat`` calls, the
+share during which a request had finished and waited for the slowest request of its turn index
+(from vLLM's per-request timestamps; the capacity the turn barrier leaves unused). No
+assertion on timings. Exits 2 at once, with the reason, when vllm is missing, or when a GPU
+build of vllm sees no CUDA GPU.
 
 Usage::
 
-    python benchmarks/gpu_stage_batching.py [--cases 200] [--out DIR/gpu_stage_batching.json]
+    python benchmarks/gpu_stage_batching.py [--cases 200] [--modes sequential,batched,async]
+        [--out DIR/gpu_stage_batching.json]
 """
 
 from __future__ import annotations
@@ -38,9 +47,11 @@ from PIL import Image
 
 from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
+from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.rng import rng_for
 from utils.llm.base import ChatModel, Completion, TurnRequest
 from utils.llm.registry import create_model
+from utils.llm.vllm_provider import is_cpu_build
 
 logger = logging.getLogger("gpu_stage_batching")
 
@@ -66,15 +77,16 @@ def preflight(skip_gpu_check: bool) -> str | None:
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed (GPU environment: pip install -e '.[gpu]')"
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError as exc:
-        return (f"vllm is not importable ({exc}); install it on a GPU machine: "
-                f"pip install -e '.[gpu]'")
-    if not skip_gpu_check:
+        return (f"vllm is not importable ({exc}); install it on a GPU machine "
+                f"(pip install -e '.[gpu]') or use vLLM's CPU build "
+                f"(bash scripts/setup_engine_env.sh)")
+    if not skip_gpu_check and not is_cpu_build(vllm):
         import torch
 
         if not torch.cuda.is_available():
-            return "no CUDA GPU is visible to torch (vLLM needs one)"
+            return "no CUDA GPU is visible to torch (vLLM's GPU build needs one)"
     return None
 
 
@@ -141,6 +153,58 @@ def _prefix_cache_counters(engine: Any) -> dict[str, float] | None:
     return found or None
 
 
+class BarrierIdle:
+    """Request-slot time inside ``LLM.chat`` calls spent finished, waiting for the call to end.
+
+    For each call: its span is from the first request scheduled to the last token of any
+    request (vLLM's ``RequestOutput.metrics``, engine-core timestamps; needs
+    ``disable_log_stats=False``); a request that finished at ``t`` waited ``end - t``. The share
+    is the waited time over ``requests x span``, summed over calls; None without timestamps.
+    """
+
+    def __init__(self) -> None:
+        self.waited = 0.0
+        self.slots = 0.0
+
+    def add(self, outputs: Any) -> None:
+        """Account one call's outputs."""
+        stats = [getattr(o, "metrics", None) for o in outputs]
+        stamps = [(m.scheduled_ts, m.last_token_ts) for m in stats
+                  if m is not None and getattr(m, "last_token_ts", 0) > 0]
+        if not stamps or len(stamps) != len(outputs):
+            return
+        start = min(a for a, _ in stamps)
+        end = max(b for _, b in stamps)
+        self.waited += sum(end - b for _, b in stamps)
+        self.slots += len(stamps) * (end - start)
+
+    def share(self) -> float | None:
+        """The idle share in [0, 1], or None when no call had timestamps."""
+        return round(self.waited / self.slots, 4) if self.slots > 0 else None
+
+
+def _run_async(provider: ChatModel, bundle_root: Path, key_ids: list[str], out_dir: Path,
+               concurrency: int) -> dict[str, Any]:
+    """The async runner over ``provider`` (``engine="async"``); requests/s like :func:`_run`."""
+    bundle = load_bundle(bundle_root)
+    cases = validate_bundle(bundle, key_ids)
+    settings = EvalSettings(provider=provider.provider, model=provider.model,
+                            oracle_setting="none")
+    started = time.perf_counter()
+    summary = run_evaluation_async(bundle, cases, provider, settings, out_dir / "async",
+                                   concurrency=concurrency, overwrite=True)
+    wall = time.perf_counter() - started
+    requests = sum(len(c.turns) for c in cases)
+    result = {"cases": len(cases), "requests": requests, "chat_calls": 0,
+              "generate_calls": summary.generate_calls, "wall_s": round(wall, 3),
+              "requests_per_s": round(requests / wall, 2) if wall else None,
+              "statuses": dict(summary.statuses), "concurrency": concurrency,
+              "note": "wall time includes the AsyncLLM start (the engine loads in the run's "
+                      "event loop); see engine_load_s of the async engine"}
+    logger.info("async: %s", json.dumps(result))
+    return result
+
+
 def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_ids: list[str],
          out_dir: Path, *, one_at_a_time: bool) -> dict[str, Any]:
     bundle = load_bundle(bundle_root)
@@ -151,9 +215,12 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
     def counting_chat(*args: Any, **kwargs: Any) -> Any:
         nonlocal chat_calls
         chat_calls += 1
-        return original_chat(*args, **kwargs)
+        outputs = original_chat(*args, **kwargs)
+        idle.add(outputs)
+        return outputs
 
     engine.chat = counting_chat
+    idle = BarrierIdle()
     if hasattr(engine, "reset_prefix_cache"):
         engine.reset_prefix_cache()
     before = _prefix_cache_counters(engine)
@@ -180,6 +247,7 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
         "outside_generate_frac": round(1 - model.generate_s / wall, 4) if wall else None,
         "requests_per_s": round(model.requests / wall, 2) if wall else None,
         "statuses": dict(summary.statuses), "prefix_cache": prefix,
+        "barrier_idle_share": idle.share(),
     }
     logger.info("%s: %s", label, json.dumps(result))
     return result
@@ -206,11 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Output-token cap per turn (default: %(default)s).")
     parser.add_argument("--max-model-len", type=int, default=16384,
                         help="vLLM context length (default: %(default)s).")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
-                        help="vLLM GPU memory fraction (default: %(default)s).")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="vLLM memory fraction: of the GPU, or of the machine's memory on "
+                             "vLLM's CPU build (default: 0.5 on GPU, 0.15 on CPU).")
     parser.add_argument("--enforce-eager", action="store_true",
-                        help="Skip CUDA graph capture (faster start, slower decode) "
-                             "(default: off).")
+                        help="Skip CUDA graph capture / torch.compile (faster start, maybe "
+                             "slower decode) (default: off).")
+    parser.add_argument("--modes", default="sequential,batched,async",
+                        help="Comma-separated runs: sequential, batched, async "
+                             "(default: %(default)s).")
+    parser.add_argument("--async-concurrency", type=int, default=256,
+                        help="Requests in flight of the async run (default: %(default)s).")
     parser.add_argument("--seed", type=int, default=0, help="Seed (default: %(default)s).")
     parser.add_argument("--out", default=None,
                         help="JSON result file (default: print only).")
@@ -242,45 +316,85 @@ def main(argv: list[str] | None = None) -> int:
                                                       seed=args.seed))
         bundle_root = write_benchmark(work / "bench", args.cases, args.seed)
         setup_s = time.perf_counter() - started
-        started = time.perf_counter()
-        provider = create_model(
-            "opensource", args.model, model_path=model_path, seed=args.seed,
-            max_new_tokens=args.max_new_tokens, max_model_len=args.max_model_len,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            enforce_eager=args.enforce_eager or None,
-            engine_kwargs={"disable_log_stats": False})
-        load_s = time.perf_counter() - started
-        engine = provider.load()  # the benchmark counts the engine's own chat calls
+        import vllm
+
+        cpu = is_cpu_build(vllm)
+        utilization = args.gpu_memory_utilization or (0.15 if cpu else 0.5)
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = sorted(set(modes) - {"sequential", "batched", "async"})
+        if unknown:
+            print(f"gpu_stage_batching: unknown --modes {unknown}", file=sys.stderr)
+            return 2
+        options = {"model_path": model_path, "seed": args.seed,
+                   "max_new_tokens": args.max_new_tokens, "max_model_len": args.max_model_len,
+                   "gpu_memory_utilization": utilization,
+                   "enforce_eager": args.enforce_eager or None,
+                   "engine_kwargs": {"disable_log_stats": False}}
         key_ids = list(load_bundle(bundle_root).items)
-        try:
-            sequential = _run("sequential", provider, engine, bundle_root, key_ids[:n_seq],
-                              work / "runs", one_at_a_time=True)
-            batched = _run("batched", provider, engine, bundle_root, key_ids, work / "runs",
-                           one_at_a_time=False)
-        finally:
-            provider.close()
-        seq_raw = _raw_by_turn(work / "runs" / "sequential")
-        bat_raw = _raw_by_turn(work / "runs" / "batched")
-        shared = sorted(set(seq_raw) & set(bat_raw))
-        mismatches = [{"key_id": k, "turn": t, "sequential": seq_raw[(k, t)],
-                       "batched": bat_raw[(k, t)]}
-                      for k, t in shared if seq_raw[(k, t)] != bat_raw[(k, t)]]
-        for m in mismatches[:10]:
-            logger.warning("output mismatch %s/%s: %r vs %r", m["key_id"], m["turn"],
-                           m["sequential"][:80], m["batched"][:80])
-        speedup = None
-        if sequential["requests_per_s"] and batched["requests_per_s"]:
-            speedup = round(batched["requests_per_s"] / sequential["requests_per_s"], 2)
+        runs: dict[str, dict[str, Any]] = {}
+        runtime: dict[str, Any] = {}
+        load_s = None
+        if {"sequential", "batched"} & set(modes):
+            started = time.perf_counter()
+            provider = create_model("opensource", args.model, **options)
+            engine = provider.load()  # the benchmark counts the engine's own chat calls
+            load_s = round(time.perf_counter() - started, 2)
+            runtime = provider.runtime_info()
+            try:
+                if "sequential" in modes:
+                    runs["sequential"] = _run("sequential", provider, engine, bundle_root,
+                                              key_ids[:n_seq], work / "runs",
+                                              one_at_a_time=True)
+                if "batched" in modes:
+                    runs["batched"] = _run("batched", provider, engine, bundle_root, key_ids,
+                                           work / "runs", one_at_a_time=False)
+            finally:
+                provider.close()
+        async_load_s = None
+        if "async" in modes:
+            provider = create_model("opensource", args.model, engine="async", **options)
+            try:
+                runs["async"] = _run_async(provider, bundle_root, key_ids, work / "runs",
+                                           args.async_concurrency)
+            finally:
+                provider.close()
+            async_load_s = provider.async_load_s
+            if async_load_s is not None and runs["async"]["wall_s"]:
+                run_s = runs["async"]["wall_s"] - async_load_s
+                runs["async"]["wall_s_without_load"] = round(run_s, 3)
+                runs["async"]["requests_per_s"] = round(runs["async"]["requests"] / run_s, 2)
+        raws = {label: _raw_by_turn(work / "runs" / label) for label in runs}
+        agreement = {}
+        reference = "batched" if "batched" in raws else next(iter(raws), None)
+        for label, raw in raws.items():
+            if label == reference:
+                continue
+            shared = sorted(set(raw) & set(raws[reference]))
+            mismatches = [{"key_id": k, "turn": t, label: raw[(k, t)],
+                           reference: raws[reference][(k, t)]}
+                          for k, t in shared if raw[(k, t)] != raws[reference][(k, t)]]
+            for m in mismatches[:10]:
+                logger.warning("output mismatch %s vs %s at %s/%s", label, reference,
+                               m["key_id"], m["turn"])
+            agreement[f"{label}_vs_{reference}"] = {
+                "compared": len(shared), "agree": len(shared) - len(mismatches),
+                "rate": round(1 - len(mismatches) / len(shared), 4) if shared else None,
+                "mismatches": mismatches[:50]}
+
+        def ratio(a: str, b: str) -> float | None:
+            ra = runs.get(a, {}).get("requests_per_s")
+            rb = runs.get(b, {}).get("requests_per_s")
+            return round(ra / rb, 2) if ra and rb else None
+
         result = {
             "model": args.model, "model_path": args.model_path or "tiny random Qwen2-VL",
-            "runtime": provider.runtime_info(), "setup_s": round(setup_s, 2),
-            "engine_load_s": round(load_s, 2), "max_new_tokens": args.max_new_tokens,
-            "sequential": sequential, "batched": batched,
-            "throughput_ratio_batched_over_sequential": speedup,
-            "agreement": {"compared": len(shared), "agree": len(shared) - len(mismatches),
-                          "rate": round(1 - len(mismatches) / len(shared), 4) if shared
-                          else None,
-                          "mismatches": mismatches[:50]},
+            "device": "cpu" if cpu else "cuda", "runtime": runtime,
+            "setup_s": round(setup_s, 2), "engine_load_s": load_s,
+            "async_engine_load_s": async_load_s, "max_new_tokens": args.max_new_tokens,
+            "enforce_eager": bool(args.enforce_eager), **runs,
+            "throughput_ratio_batched_over_sequential": ratio("batched", "sequential"),
+            "throughput_ratio_async_over_batched": ratio("async", "batched"),
+            "agreement": agreement,
         }
     text = json.dumps(io.to_jsonable(result), indent=2)
     print(text)

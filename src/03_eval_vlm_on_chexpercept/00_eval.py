@@ -61,6 +61,7 @@ from utils.llm.registry import (
     provider_class,
     provider_label,
 )
+from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
 
 logger = logging.getLogger("03_eval")
 
@@ -116,6 +117,7 @@ _FLAG_PROVIDERS = {
     "max_image_side": ("--max-image-side", API_PROVIDERS),
     "max_image_pixels": ("--max-image-pixels", API_PROVIDERS),
     "server_wait": ("--server-wait", ("openai",)),
+    "engine": ("--vllm-engine", ("opensource",)),
 }
 
 
@@ -160,6 +162,13 @@ def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
                        help="Fraction of GPU memory vLLM may use, in (0, 1]; with vLLM's CPU "
                             "build, the fraction of the machine's memory (default: 0.85 on "
                             "GPU, 0.5 on CPU).")
+    group.add_argument("--vllm-engine", "--vllm_engine", dest="engine",
+                       choices=("batched", "async"), default=None,
+                       help="opensource: 'batched' sends every case's turn N in one LLM.chat "
+                            "call; 'async' drives vLLM's asynchronous engine, each case's next "
+                            "turn submitted as soon as its previous one is answered (no turn "
+                            "barrier; --concurrency requests in flight, default 256). Both give "
+                            "the same greedy answers (default: batched).")
     group.add_argument("--batch-size", "--batch_size", dest="batch_size", type=positive_int,
                        default=None,
                        help="transformers: conversations per generate call (default: 8; "
@@ -173,7 +182,7 @@ def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
 def _local_model_options(args: argparse.Namespace) -> dict[str, object]:
     """The local-provider flags that were given, as ``create_model`` options."""
     names = ("model_path", "tensor_parallel_size", "max_model_len", "gpu_memory_utilization",
-             "batch_size", "device")
+             "batch_size", "device", "engine")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -191,7 +200,8 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                             "environment (default: api_info/api_keys.yaml in the repository).")
     group.add_argument("--concurrency", type=positive_int, default=None,
                        help=f"Requests in flight for API providers (default: "
-                            f"{DEFAULT_CONCURRENCY}).")
+                            f"{DEFAULT_CONCURRENCY}) and for --vllm-engine async (default: "
+                            f"{ASYNC_ENGINE_CONCURRENCY}).")
     group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
                        default=None,
                        help="Retries per request on 429/5xx/timeouts, >= 0 (default: 6).")
@@ -372,8 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             total_parts=args.total_parts)
     try:
         if model.supports_async:  # API providers: per-case pipelines, no stage barrier
+            default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
+                DEFAULT_CONCURRENCY
             summary = run_evaluation_async(bundle, cases, model, settings, run_dir,
-                                           concurrency=args.concurrency or DEFAULT_CONCURRENCY,
+                                           concurrency=args.concurrency or default,
                                            overwrite=args.overwrite)
         else:
             summary = run_evaluation(bundle, cases, model, settings, run_dir,

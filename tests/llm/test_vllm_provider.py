@@ -259,13 +259,15 @@ def test_benchmark_plumbing_with_the_stub(monkeypatch, tmp_path, capsys):
     bench = load_by_path("_bench_gpu", ROOT / "benchmarks" / "gpu_stage_batching.py")
     out = tmp_path / "result.json"
     assert bench.main(["--cases", "6", "--sequential-cases", "4", "--skip-gpu-check",
+                       "--modes", "sequential,batched",
                        "--out", str(out), "--work-dir", str(tmp_path / "work")]) == 0
     result = json.loads(out.read_text())
     batched, sequential = result["batched"], result["sequential"]
     assert batched["chat_calls"] == batched["generate_calls"]  # one LLM.chat per turn index
     assert sequential["chat_calls"] == sequential["requests"]  # one per conversation
-    assert result["agreement"]["compared"] == sequential["requests"]
-    assert result["agreement"]["rate"] == 1.0
+    agreement = result["agreement"]["sequential_vs_batched"]
+    assert agreement["compared"] == sequential["requests"] and agreement["rate"] == 1.0
+    assert result["throughput_ratio_batched_over_sequential"] is not None
     assert Path(tmp_path / "work" / "tiny_qwen2_vl" / "config.json").is_file()
 
 

@@ -1,7 +1,7 @@
 """Build a tiny randomly initialised Qwen2-VL (tokenizer, processor, weights) with no downloads.
 
-Used by ``tests/llm/test_hf_provider.py`` (CPU, transformers provider) and, loaded by path, by
-``benchmarks/gpu_stage_batching.py`` (GPU, vLLM). Recipe: shared/reference/components.md section 5.
+Used by ``tests/llm/test_hf_provider.py`` (CPU, transformers provider), the real-engine tests
+(``tests/engine/``, vLLM's CPU build) and, loaded by path, ``benchmarks/gpu_stage_batching.py``.
 The model's answers are gibberish; it exists to test plumbing (batching, padding, images, usage).
 
 Two sizes:
@@ -33,6 +33,15 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+#: The same with Qwen3's thinking switch: ``enable_thinking=False`` opens the reply with an empty
+#: ``<think></think>`` block, as the real Qwen3 templates do (the engine tests see it in the
+#: prompt's token count).
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% endif %}{% endif %}")
 
 _CORPUS = (
     "You are an expert radiologist. Examine the chest X-ray image and answer each question.",
@@ -75,7 +84,8 @@ def build_tokenizer(vocab_size: int = 400):
                                    additional_special_tokens=list(SPECIAL_TOKENS[1:]))
 
 
-def build_tiny_qwen2_vl(out_dir: str | Path, *, size: str = "test", seed: int = 0) -> Path:
+def build_tiny_qwen2_vl(out_dir: str | Path, *, size: str = "test", seed: int = 0,
+                        chat_template: str = CHAT_TEMPLATE) -> Path:
     """Build a random Qwen2-VL and save model, tokenizer and processor to ``out_dir``.
 
     Args:
@@ -83,6 +93,7 @@ def build_tiny_qwen2_vl(out_dir: str | Path, *, size: str = "test", seed: int = 
             ``AutoModelForImageTextToText.from_pretrained(out_dir)`` and by vLLM.
         size: ``"test"`` or ``"gpu"`` (see the module docstring).
         seed: torch seed of the random weights (local generator state only).
+        chat_template: The Jinja chat template saved with the processor.
 
     Returns:
         ``out_dir`` as a Path.
@@ -109,7 +120,7 @@ def build_tiny_qwen2_vl(out_dir: str | Path, *, size: str = "test", seed: int = 
     processor = Qwen2VLProcessor(
         image_processor=Qwen2VLImageProcessor(
             size={"shortest_edge": 56 * 56, "longest_edge": 112 * 112}),
-        tokenizer=tok, video_processor=Qwen2VLVideoProcessor(), chat_template=CHAT_TEMPLATE)
+        tokenizer=tok, video_processor=Qwen2VLVideoProcessor(), chat_template=chat_template)
     config = Qwen2VLConfig(
         text_config={
             "vocab_size": len(tok), "hidden_size": dims["hidden"],

@@ -20,7 +20,7 @@ the published resize arithmetic of each family and err on the high side:
 
 Text counts exactly with a local ``tokenizer.json`` (the ``tokenizers`` package), else at
 :data:`CHARS_PER_TOKEN` characters per token, plus :data:`TOKENS_PER_MESSAGE` of chat-template
-markup per message.
+markup per message and :data:`TOKENS_PER_IMAGE_MARKUP` around each image.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ from typing import Any
 #: Characters per text token when no tokenizer is at hand (English prose in byte-level BPE
 #: vocabularies is ~4; 3 leaves room for numbers and option lists).
 CHARS_PER_TOKEN = 3.0
-#: Chat-template markup per message (role header and end-of-turn tokens), an upper bound.
-TOKENS_PER_MESSAGE = 8
+#: Chat-template markup per message (role header and end-of-turn tokens): generous for real
+#: vocabularies (ChatML in Qwen's: 5), and enough for the tests' tiny 1,000-token vocabulary,
+#: which spells role names in several tokens (measured: 9.4 a message).
+TOKENS_PER_MESSAGE = 12
+#: Markup around each image's tokens (vision start / end markers), an upper bound.
+TOKENS_PER_IMAGE_MARKUP = 2
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 One :meth:`VLLMChatModel.generate` call is one ``LLM.chat`` call holding every request of the
 batch (the runner sends one batch per turn index with every active case), so vLLM schedules all
 cases together and its prefix cache reuses the shared history (docs/engines.md, "Offline
-engine"). Engine settings follow docs/evaluation.md, "Decoding": greedy ``SamplingParams``
+engine"). Engine settings follow docs/engines.md, "Decoding": greedy ``SamplingParams``
 (temperature 0, top_p 1, max_tokens 8192), tensor parallel size = number of visible GPUs, images
 as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model,
 ``enable_thinking=False`` passed to the chat template with ``--no-thinking``.
@@ -15,10 +15,17 @@ CPU memory vLLM reserves (default :data:`DEFAULT_CPU_MEMORY_UTILIZATION`).
 ``vllm`` is imported when the model is created, never at module import; the engine itself loads
 on first use (:meth:`VLLMChatModel.load`), so :meth:`VLLMChatModel.prompt_limits` can check the
 benchmark's dialogues against the context and image limits before minutes go into loading.
+
+``engine="async"`` (``--vllm-engine async``) drives vLLM's asynchronous engine (``AsyncLLM``)
+from the Stage 03 async runner instead: each case's next turn is submitted the moment its previous
+one is answered, so no case waits for the slowest case of its turn index (docs/engines.md,
+"Offline engine"; ``benchmarks/gpu_stage_batching.py`` measures both).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import os
 import time
@@ -40,7 +47,13 @@ from utils.llm.tokens import context_from_config, rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: ``gpu_memory_utilization`` when neither the flag nor the model sets it (docs/evaluation.md,
+#: How the opensource provider drives vLLM (``--vllm-engine``; see the module docstring).
+ENGINE_MODES = ("batched", "async")
+#: Requests in flight for ``--vllm-engine async`` unless ``--concurrency`` says otherwise: as many
+#: as vLLM schedules at once by default (``max_num_seqs`` 256), so its scheduler sees every case.
+ASYNC_ENGINE_CONCURRENCY = 256
+
+#: ``gpu_memory_utilization`` when neither the flag nor the model sets it (docs/engines.md,
 #: "Decoding").
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
 #: The same on vLLM's CPU build, where it is the fraction of the machine's memory vLLM reserves
@@ -154,6 +167,8 @@ class VLLMChatModel(ChatModel):
         enforce_eager: vLLM ``enforce_eager`` (None: vLLM's default).
         engine_kwargs: Further ``vllm.LLM`` keyword arguments (applied last), e.g.
             ``{"disable_log_stats": False}`` or ``mm_processor_kwargs``.
+        engine: ``batched`` (one ``LLM.chat`` per turn index, the default) or ``async``
+            (``AsyncLLM`` under the async runner, no turn barrier; ``--vllm-engine``).
         **options: Options of other providers (ignored).
 
     Raises:
@@ -169,8 +184,14 @@ class VLLMChatModel(ChatModel):
                  gpu_memory_utilization: float | None = None,
                  max_new_tokens: int | None = None, no_thinking: bool = False, seed: int = 0,
                  max_num_seqs: int | None = None, enforce_eager: bool | None = None,
-                 engine_kwargs: dict[str, Any] | None = None, **options: Any) -> None:
+                 engine_kwargs: dict[str, Any] | None = None, engine: str = "batched",
+                 **options: Any) -> None:
         super().__init__(model)
+        if engine not in ENGINE_MODES:
+            raise ConfigError(f"--vllm-engine must be one of {', '.join(ENGINE_MODES)}, "
+                              f"got {engine!r}")
+        self.engine_mode = engine
+        self.supports_async = engine == "async"
         self.spec: ModelSpec = resolve_model(model, self.provider, model_path=model_path)
         self._vllm = require("vllm", "gpu", "the opensource provider (vLLM)")
         self.cpu = is_cpu_build(self._vllm)
@@ -230,6 +251,11 @@ class VLLMChatModel(ChatModel):
         self._llm: Any = None
         self._sampling: Any = None
         self._fingerprint: dict[str, str | None] | None = None
+        self._async_llm: Any = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        #: Seconds the asynchronous engine took to start (None until it has started).
+        self.async_load_s: float | None = None
+        self._request_ids = itertools.count()
 
     # ------------------------------------------------------------------- engine
     def load(self) -> Any:
@@ -301,7 +327,7 @@ class VLLMChatModel(ChatModel):
         keys = ("tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
                 "max_num_seqs", "enforce_eager")
         return {"backend": "vllm", "vllm_version": self.vllm_version,
-                "device": "cpu" if self.cpu else "cuda",
+                "device": "cpu" if self.cpu else "cuda", "engine": self.engine_mode,
                 "model_path": self.spec.model_path, "visible_gpus": self.visible_gpus,
                 **{k: self.engine_kwargs.get(k) for k in keys}}
 
@@ -319,7 +345,7 @@ class VLLMChatModel(ChatModel):
         started = time.perf_counter()
         try:
             outputs = self._chat(conversations)
-        except ValueError as exc:
+        except self._rejections() as exc:
             # vLLM validates every prompt before scheduling any (length, image count), so one
             # bad conversation fails the whole call: retry one by one to find it.
             if len(conversations) == 1:
@@ -330,6 +356,20 @@ class VLLMChatModel(ChatModel):
             return [self._run([c])[0] for c in conversations]
         elapsed = time.perf_counter() - started
         return [self._completion(output, elapsed) for output in outputs]
+
+    def _rejections(self) -> tuple[type[BaseException], ...]:
+        """Exceptions by which vLLM rejects a request before scheduling it.
+
+        ``ValueError`` (older releases) and, from vLLM 0.3x, ``vllm.exceptions.VLLMClientError``
+        (``VLLMValidationError``: prompt over ``max_model_len``, too many images), which is not
+        a ``ValueError``.
+        """
+        found: list[type[BaseException]] = [ValueError]
+        try:
+            from vllm.exceptions import VLLMClientError
+        except ImportError:
+            return tuple(found)
+        return (*found, VLLMClientError)
 
     @staticmethod
     def _completion(output: Any, latency_s: float) -> Completion:
@@ -365,6 +405,82 @@ class VLLMChatModel(ChatModel):
                 completions[i] = completion
         return [c if c is not None else _error("no completion") for c in completions]
 
+    # --------------------------------------------------------- asynchronous engine
+    def _async_engine(self) -> Any:
+        """The ``AsyncLLM`` of the running event loop (started on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._async_llm is None or self._async_loop is not loop:
+            self._shutdown_async()
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+
+            logger.info("vLLM: loading %s in the asynchronous engine, max_model_len %s",
+                        self.spec.source, self.engine_kwargs.get("max_model_len", "default"))
+            started = time.perf_counter()
+            self._async_llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs))
+            self.async_load_s = round(time.perf_counter() - started, 2)
+            self._async_loop = loop
+            self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
+                                                       max_tokens=self.max_tokens,
+                                                       seed=self.seed)
+        return self._async_llm
+
+    async def _render(self, engine: Any, conversation: list[dict[str, Any]]) -> Any:
+        """The engine prompt of one conversation, rendered as ``LLM.chat`` renders it."""
+        from vllm.renderers import ChatParams
+
+        kwargs = {**(self.chat_template_kwargs or {}), "add_generation_prompt": True,
+                  "continue_final_message": False, "tools": None, "tokenize": False}
+        renderer = engine.renderer
+        tok_params = renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)
+        _, prompts = await renderer.render_chat_async(
+            [conversation], ChatParams(chat_template_kwargs=kwargs), tok_params)
+        return prompts[0]
+
+    async def agenerate(self, request: TurnRequest) -> Completion:
+        """One request through ``AsyncLLM`` (``engine="async"``), else as :meth:`generate`.
+
+        A request the engine rejects (too long, too many images) or whose image cannot be read
+        gets a ``status="error"`` completion, as in :meth:`generate`.
+        """
+        if not self.supports_async:
+            return await super().agenerate(request)
+        started = time.perf_counter()
+        try:
+            conversation = openai_style_messages(request)
+        except ChexperceptError as exc:
+            return _error(str(exc))
+        engine = self._async_engine()
+        final = None
+        try:
+            prompt = await self._render(engine, conversation)
+            async for output in engine.generate(prompt, self._sampling,
+                                                f"chexpercept-{next(self._request_ids)}"):
+                final = output
+        except self._rejections() as exc:
+            logger.warning("vLLM rejected a conversation: %s", exc)
+            return _error(f"vLLM rejected the request: {exc}")
+        if final is None:
+            return _error("vLLM returned no output for the request")
+        return self._completion(final, time.perf_counter() - started)
+
+    def _shutdown_async(self) -> None:
+        if self._async_llm is not None:
+            self._async_llm.shutdown()
+            self._async_llm, self._async_loop = None, None
+
+    async def aclose(self) -> None:
+        """Stop the asynchronous engine of this event loop (``engine="async"``)."""
+        self._shutdown_async()
+
     def close(self) -> None:
-        """Drop the engine (frees GPU memory once garbage-collected)."""
-        self._llm = None
+        """Stop the engines' processes (frees the GPU or CPU memory they hold)."""
+        self._shutdown_async()
+        llm, self._llm = self._llm, None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide the run's outcome
+                logger.warning("vLLM engine shutdown failed: %s", exc)

@@ -24,7 +24,12 @@ from chexpercept.evaluation.cases import EvalCase
 from chexpercept.evaluation.dialogue import Dialogue, TurnOutcome, answer_text
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.base import ChatModel, PromptLimits, TurnRequest
-from utils.llm.tokens import TOKENS_PER_MESSAGE, ImageRule, text_tokens
+from utils.llm.tokens import (
+    TOKENS_PER_IMAGE_MARKUP,
+    TOKENS_PER_MESSAGE,
+    ImageRule,
+    text_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +68,7 @@ def last_request(case: EvalCase) -> TurnRequest:
         if dialogue.case.turns[-1] is prepared.turn:
             return prepared.request
         raw = answer_text(prepared.turn.ground_truth)
-        dialogue.commit(prepared, TurnOutcome(raw, ParsedAnswer(None, "ok", raw), True))
+        dialogue.commit(prepared, TurnOutcome(raw, ParsedAnswer(None, "ok"), True))
 
 
 def _image_size(path: Path, cache: dict[Path, tuple[int, int]]) -> tuple[int, int]:
@@ -89,7 +94,7 @@ def estimate_prompt_tokens(request: TurnRequest, limits: PromptLimits,
 
     Returns:
         Text tokens (exact with a tokenizer file) + :data:`TOKENS_PER_MESSAGE` per message +
-        the image rule's tokens per image.
+        the image rule's tokens and :data:`TOKENS_PER_IMAGE_MARKUP` per image.
 
     Raises:
         ConfigError: If an image cannot be read (names the file).
@@ -100,7 +105,7 @@ def estimate_prompt_tokens(request: TurnRequest, limits: PromptLimits,
     for message in request.messages:
         total += text_tokens(message.text, limits.tokenizer_file) + TOKENS_PER_MESSAGE
         for path in message.images:
-            total += rule.tokens(*_image_size(Path(path), cache))
+            total += rule.tokens(*_image_size(Path(path), cache)) + TOKENS_PER_IMAGE_MARKUP
     return total
 
 

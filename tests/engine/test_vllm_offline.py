@@ -1,0 +1,207 @@
+"""The ``opensource`` provider through the real ``vllm.LLM`` (vLLM's CPU build), one engine.
+
+Run in the engine venv: ``.venv-engine/bin/python -m pytest -m engine --runengine tests/engine``.
+"""
+
+from __future__ import annotations
+
+import logging
+import runpy
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import engine_helpers as eh
+import pytest
+
+from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
+from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.evaluation.budget import check_budget, estimate_prompt_tokens, last_request
+from utils.errors import ConfigError
+from utils.llm import create_model
+from utils.llm.base import ChatModel, Completion, Message, TurnRequest
+
+pytestmark = pytest.mark.engine
+
+RR_KEY = "effusion_s50000001_positive_0"  # revision-required: 9 turns, 7 images at the end
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """One tiny model, one bundle and ONE loaded engine for the whole module."""
+    root = tmp_path_factory.mktemp("vllm_offline")
+    model_dir = eh.build_model(root / "tiny")
+    bench = eh.write_bundle(root / "bench")
+    model = create_model("opensource", str(model_dir), seed=0, max_model_len=4096,
+                         max_new_tokens=eh.MAX_NEW_TOKENS,
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+    assert model.cpu, "the engine venv must hold vLLM's CPU build"
+    engine = model.load()
+    calls: list[int] = []
+    original = engine.chat
+
+    def counting_chat(conversations, *args: Any, **kwargs: Any):
+        calls.append(len(conversations))
+        return original(conversations, *args, **kwargs)
+
+    engine.chat = counting_chat
+    yield {"root": root, "model_dir": model_dir, "bench": bench, "model": model, "calls": calls}
+    model.close()
+
+
+class OneAtATime(ChatModel):
+    """Sends every request of a batch alone (the VLMEvalKit / lmms-eval pattern)."""
+
+    def __init__(self, inner: ChatModel) -> None:
+        super().__init__(inner.model)
+        self.provider = inner.provider
+        self.inner = inner
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        return [c for r in requests for c in self.inner.generate([r])]
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
+def _run(world, model, label: str, setting: str = "none"):
+    bundle = load_bundle(world["bench"])
+    cases = validate_bundle(bundle)
+    settings = EvalSettings(provider="opensource", model="tiny", oracle_setting=setting)
+    run_dir = world["root"] / "runs" / label
+    summary = run_evaluation(bundle, cases, model, settings, run_dir, overwrite=True)
+    return run_dir, summary, cases
+
+
+@pytest.fixture(scope="module")
+def batched(world):
+    """The stage-batched run of the bundle (oracle none) and the LLM.chat calls it made."""
+    world["calls"].clear()
+    run_dir, summary, cases = _run(world, world["model"], "batched")
+    return run_dir, summary, cases, list(world["calls"])
+
+
+def test_stage_batched_run_is_one_chat_per_turn_index_and_equals_one_at_a_time(world, batched):
+    run_dir, summary, cases, calls = batched
+    turns = {c.key_id: len(c.turns) for c in cases}
+    recs = eh.records(run_dir)
+    per_index = Counter(r["turn_index"] for r in recs)
+    assert calls == [per_index[i] for i in sorted(per_index)]  # one LLM.chat per turn index
+    assert summary.generate_calls == len(per_index) == 9
+    assert Counter(r["key_id"] for r in recs) == Counter(turns)
+    assert {r["completion_status"] for r in recs} <= {"ok", "truncated"}
+    assert all(r["usage"]["input_tokens"] > 0 for r in recs)
+    # the revision-required dialogue's last turn carried all 7 images through the engine
+    last = max((r for r in recs if r["key_id"] == RR_KEY), key=lambda r: r["turn_index"])
+    assert last["turn_index"] == 8
+
+    world["calls"].clear()
+    single_dir, _, _ = _run(world, OneAtATime(world["model"]), "one_at_a_time")
+    assert world["calls"] == [1] * len(recs)
+    single = {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(single_dir)}
+    assert {(r["key_id"], r["turn"]): r["raw"] for r in recs} == single
+    # same answers, parses and scores (only the prefix-cache hit counts differ)
+    assert eh.answers(eh.results(run_dir)) == eh.answers(eh.results(single_dir))
+
+
+def test_implicit_oracle_run_completes_every_case(world):
+    run_dir, summary, cases = _run(world, world["model"], "implicit", setting="implicit")
+    assert summary.generate_calls == 9
+    assert Counter(r["key_id"] for r in eh.records(run_dir)) == \
+        Counter({c.key_id: len(c.turns) for c in cases})
+    assert set(eh.results(run_dir)) >= {c.key_id for c in cases}
+
+
+def test_no_thinking_reaches_the_chat_template(world):
+    """``--no-thinking`` renders the template's empty think block: more prompt tokens."""
+    plain = world["model"]
+    no_think = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=4096,
+                            max_new_tokens=eh.MAX_NEW_TOKENS, no_thinking=True,
+                            gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+    assert no_think.chat_template_kwargs == {"enable_thinking": False}
+    no_think._llm, no_think._sampling = plain.load(), plain._sampling  # share the one engine
+    request = TurnRequest((Message("system", "sys"), Message("user", "Is there effusion?")))
+    with_thinking = plain.generate([request])[0].usage.input_tokens
+    without = no_think.generate([request])[0].usage.input_tokens
+    tokenizer = plain.load().get_tokenizer()
+    think_block = len(tokenizer.encode("<think>\n\n</think>\n\n", add_special_tokens=False))
+    assert without == with_thinking + think_block
+
+
+def test_token_budget_estimate_brackets_the_engine_count(world):
+    bundle = load_bundle(world["bench"])
+    case = next(c for c in validate_bundle(bundle) if c.key_id == RR_KEY)
+    request = last_request(case)
+    assert sum(len(m.images) for m in request.messages) == 7
+    limits = world["model"].prompt_limits()
+    assert limits.context_tokens == 4096 and limits.max_images == 7
+    assert limits.image_rule.kind == "qwen" and limits.tokenizer_file is not None
+    estimate = estimate_prompt_tokens(request, limits)
+    actual = world["model"].generate([request])[0].usage.input_tokens
+    assert actual <= estimate <= actual * 1.2 + 16
+
+
+def test_a_prompt_over_the_context_fails_alone_in_its_batch(world):
+    model = world["model"]
+    ok = TurnRequest((Message("system", "sys"), Message("user", "Is there effusion?")))
+    too_long = TurnRequest((Message("system", "sys"), Message("user", "effusion " * 5000)))
+    out = model.generate([ok, too_long, ok])
+    assert out[1].status == "error" and {out[0].status, out[2].status} <= {"ok", "truncated"}
+    assert "maximum context length is 4096" in out[1].error
+    assert out[0].text == out[2].text
+
+
+def test_image_limit_and_context_are_checked_before_the_engine_loads(world, caplog):
+    bundle = load_bundle(world["bench"])
+    cases = validate_bundle(bundle)
+    few_images = create_model("opensource", str(world["model_dir"]), max_model_len=4096,
+                              engine_kwargs={"limit_mm_per_prompt": {"image": 3}})
+    with pytest.raises(ConfigError) as info:
+        check_budget(cases, few_images)
+    assert "carries 7 images" in str(info.value) and "accepts 3" in str(info.value)
+    assert "_positive_0" in str(info.value).split(":")[0]  # a revision-required key_id
+    assert few_images._llm is None  # nothing loaded
+
+    small = create_model("opensource", str(world["model_dir"]), max_model_len=160,
+                         max_new_tokens=16)
+    with caplog.at_level(logging.WARNING):
+        budgets = check_budget(cases, small)
+    assert budgets[0].images == 7 and budgets[0].total_tokens > 160
+    assert budgets[0].key_id in caplog.text and "more than the model's context of 160" in \
+        caplog.text
+    assert small._llm is None
+
+
+def test_cli_refuses_an_output_cap_that_fills_the_context_before_loading(world, tmp_path,
+                                                                         capsys):
+    module = runpy.run_path(str(eh.EVAL_SCRIPT), run_name="eval_under_test")
+    argv = ["--benchmark-dir", str(world["bench"]), "--output-path", str(tmp_path),
+            "--provider", "opensource", "--model", str(world["model_dir"]),
+            "--max-model-len", "256", "--max-new-tokens", "512", "--no-progress"]
+    assert module["run_main"](module["main"], argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1
+    assert "512 new tokens" in err[0] and "256 tokens" in err[0] and "--max-new-tokens" in err[0]
+    assert not list(Path(tmp_path).rglob("records.jsonl"))
+
+
+def test_async_engine_without_turn_barrier_gives_the_batched_answers(world, batched):
+    """``--vllm-engine async``: AsyncLLM under the async runner, same greedy answers."""
+    run_dir, _, cases, _ = batched
+    model = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=4096,
+                         max_new_tokens=eh.MAX_NEW_TOKENS, engine="async",
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+    assert model.supports_async and model._llm is None
+    bundle = load_bundle(world["bench"])
+    settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="none")
+    async_dir = world["root"] / "runs" / "async"
+    try:
+        summary = run_evaluation_async(bundle, cases, model, settings, async_dir,
+                                       concurrency=64, overwrite=True)
+    finally:
+        model.close()
+    assert model._llm is None  # the offline LLM was never started
+    assert summary.generate_calls == sum(len(c.turns) for c in cases)
+    raw = {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(async_dir)}
+    assert raw == {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(run_dir)}
+    assert eh.answers(eh.results(async_dir)) == eh.answers(eh.results(run_dir))
