@@ -280,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--enforce-eager", action="store_true",
                         help="Skip CUDA graph capture / torch.compile (faster start, maybe "
                              "slower decode) (default: off).")
+    parser.add_argument("--dtype", default=None,
+                        help="vLLM dtype (default: float32 on vLLM's CPU build, where bf16 "
+                             "rounding differs between batch shapes and flips greedy tokens "
+                             "of the random model; the model's own dtype on GPU).")
     parser.add_argument("--modes", default="sequential,batched,async",
                         help="Comma-separated runs: sequential, batched, async "
                              "(default: %(default)s).")
@@ -320,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cpu = is_cpu_build(vllm)
         utilization = args.gpu_memory_utilization or (0.15 if cpu else 0.5)
+        dtype = args.dtype or ("float32" if cpu else None)
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         unknown = sorted(set(modes) - {"sequential", "batched", "async"})
         if unknown:
@@ -329,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                    "max_new_tokens": args.max_new_tokens, "max_model_len": args.max_model_len,
                    "gpu_memory_utilization": utilization,
                    "enforce_eager": args.enforce_eager or None,
-                   "engine_kwargs": {"disable_log_stats": False}}
+                   "engine_kwargs": {"disable_log_stats": False,
+                                     **({"dtype": dtype} if dtype else {})}}
         key_ids = list(load_bundle(bundle_root).items)
         runs: dict[str, dict[str, Any]] = {}
         runtime: dict[str, Any] = {}
@@ -391,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
             "device": "cpu" if cpu else "cuda", "runtime": runtime,
             "setup_s": round(setup_s, 2), "engine_load_s": load_s,
             "async_engine_load_s": async_load_s, "max_new_tokens": args.max_new_tokens,
-            "enforce_eager": bool(args.enforce_eager), **runs,
+            "enforce_eager": bool(args.enforce_eager), "dtype": dtype or "model default",
+            **runs,
             "throughput_ratio_batched_over_sequential": ratio("batched", "sequential"),
             "throughput_ratio_async_over_batched": ratio("async", "batched"),
             "agreement": agreement,

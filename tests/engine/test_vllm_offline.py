@@ -34,7 +34,8 @@ def world(tmp_path_factory):
     bench = eh.write_bundle(root / "bench")
     model = create_model("opensource", str(model_dir), seed=0, max_model_len=4096,
                          max_new_tokens=eh.MAX_NEW_TOKENS,
-                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                         engine_kwargs={"dtype": eh.DTYPE})
     assert model.cpu, "the engine venv must hold vLLM's CPU build"
     engine = model.load()
     calls: list[int] = []
@@ -117,7 +118,8 @@ def test_no_thinking_reaches_the_chat_template(world):
     plain = world["model"]
     no_think = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=4096,
                             max_new_tokens=eh.MAX_NEW_TOKENS, no_thinking=True,
-                            gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+                            gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                            engine_kwargs={"dtype": eh.DTYPE})
     assert no_think.chat_template_kwargs == {"enable_thinking": False}
     no_think._llm, no_think._sampling = plain.load(), plain._sampling  # share the one engine
     request = TurnRequest((Message("system", "sys"), Message("user", "Is there effusion?")))
@@ -190,7 +192,8 @@ def test_async_engine_without_turn_barrier_gives_the_batched_answers(world, batc
     run_dir, _, cases, _ = batched
     model = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=4096,
                          max_new_tokens=eh.MAX_NEW_TOKENS, engine="async",
-                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True)
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                         engine_kwargs={"dtype": eh.DTYPE})
     assert model.supports_async and model._llm is None
     bundle = load_bundle(world["bench"])
     settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="none")

@@ -85,12 +85,22 @@ class LoopbackServer:
         answer: Text of each answer from the request body.
         seed: Seed of the fault/jitter draws (a numpy Generator of its own).
         keep_bodies: Store request bodies (turn off in benchmarks to save memory).
+        models: Served model ids: ``GET /v1/models`` lists them (with ``max_model_len``);
+            None answers every GET with the statistics.
+        max_model_len: Context reported for each served model.
+        port: Port to bind on 127.0.0.1 (0: any free port).
     """
 
     def __init__(self, *, latency_s: float = 0.0, jitter_s: float = 0.0,
                  fault_rate: float = 0.0, retry_after: str = "0.05",
                  answer: Callable[[dict[str, Any]], str] = default_answer, seed: int = 0,
-                 keep_bodies: bool = True) -> None:
+                 keep_bodies: bool = True, models: list[str] | None = None,
+                 max_model_len: int = 32768, port: int = 0) -> None:
+        self.models = models
+        self.max_model_len = max_model_len
+        #: ``POST /tokenize`` requests seen (answered 404, as servers other than vLLM do).
+        self.tokenize_requests = 0
+        self._port = port
         self.latency_s = latency_s
         self.jitter_s = jitter_s
         self.fault_rate = fault_rate
@@ -133,7 +143,7 @@ class LoopbackServer:
 
     def start(self) -> LoopbackServer:
         handler = _make_handler(self)
-        self._httpd = _Server(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", self._port), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
                                         daemon=True, name="loopback-server")
         self._thread.start()
@@ -259,6 +269,8 @@ class _AsyncHandler(asyncio.Protocol):
         self.busy = True
         if method == "GET":
             self._send(200, _stats_payload(self.server), None, close)
+        elif path.split("?")[0].rstrip("/").endswith("/tokenize"):  # vLLM only: not served
+            self._send(404, {"detail": "Not Found"}, None, close)
         else:
             self._chat(path, headers, raw, close)
 
@@ -348,9 +360,19 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (timeout test)
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            if server.models is not None and self.path.rstrip("/").endswith("/models"):
+                self._send(200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "max_model_len": server.max_model_len}
+                    for m in server.models]})
+                return
             self._send(200, _stats_payload(server))
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            if self.path.split("?")[0].rstrip("/").endswith("/tokenize"):  # vLLM only
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                server.tokenize_requests += 1
+                self._send(404, {"detail": "Not Found"})
+                return
             arrival = time.monotonic()
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""

@@ -489,7 +489,7 @@ class OpenAIChatModel(ApiChatModel):
             return
         url = self.base_url.rstrip("/") + "/models"
         started = time.monotonic()
-        last_log = started
+        last_log: float | None = None  # the first failed probe is logged at once
         while True:
             status, data = self._get_json(url, min(30.0, self.timeout_s))
             if status is not None and status < 500:
@@ -501,7 +501,7 @@ class OpenAIChatModel(ApiChatModel):
                     f"the server at {self.base_url} did not become ready in "
                     f"{self.server_wait_s:g} s (last: {why}); start it (docs/engines.md) or "
                     f"wait longer with --server-wait SECONDS; nothing was recorded")
-            if time.monotonic() - last_log >= SERVER_LOG_EVERY_S or waited == 0:
+            if last_log is None or time.monotonic() - last_log >= SERVER_LOG_EVERY_S:
                 logger.info("waiting for the server at %s to be ready (%s; %.0f s of %g s)",
                             self.base_url, why, waited, self.server_wait_s)
                 last_log = time.monotonic()
