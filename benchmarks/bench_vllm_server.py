@@ -10,7 +10,8 @@ cache can be reset between runs), then:
 1. **harness**: ``00_eval``'s path in process: the ``openai`` provider through the async runner
    at ``--concurrency``, every request body kept as it was sent;
 2. **bare SDK**: the same bodies POSTed with the same openai clients and the same semaphore,
-   without dialogues, parsing, records or image encoding (the floor the SDK and the server set).
+   without dialogues, parsing, records or image encoding, and without the order of a dialogue
+   (every body is ready at once): the most the SDK and the server allow.
 
 The prefix cache is reset before each. Prints requests/s of each and their ratio (the harness's
 overhead on a real server), as JSON too with ``--out``. Asserts nothing.
@@ -175,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "harness": {"wall_s": round(harness_s, 2), "requests_per_s": round(n / harness_s, 2)},
         "bare_sdk": {"wall_s": round(bare_s, 2), "requests_per_s": round(n / bare_s, 2)},
         "harness_over_bare_sdk": round(bare_s / harness_s, 3),
-        "note": "the bare SDK sends every body at once (no dialogue order), so it is a floor "
-                "the harness can approach but not pass",
+        "note": "the bare SDK sends every body at once (no dialogue order, no tail of "
+                "last turns), so it is an upper bound the harness can approach but not pass",
     }
     print(json.dumps(result, indent=2))
     if args.out:

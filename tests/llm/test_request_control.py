@@ -264,3 +264,8 @@ def test_servers_without_tokenize_fall_back_to_the_estimate(tmp_path):
         assert model.count_prompt_tokens(request) is None
         assert server.tokenize_requests == 1  # a server without /tokenize is not asked again
         assert server.chat_requests() == []
+
+
+def test_a_provider_without_limits_is_not_checked(cases):
+    model = LimitedModel(PromptLimits())
+    assert check_budget(cases, model) == [] and model.counted == 0

@@ -156,7 +156,8 @@ def check_budget(cases: Sequence[EvalCase], model: ChatModel,
         limits: Overrides ``model.prompt_limits()`` (tests).
 
     Returns:
-        The budgets of :func:`dialogue_budgets` (empty when there is nothing to check).
+        The budgets of :func:`dialogue_budgets` (empty when there is nothing to check: no
+        cases, or a provider that reports no limits at all, such as the baselines).
 
     Raises:
         ConfigError: If a case carries more images than the model accepts per prompt, if the
@@ -164,7 +165,7 @@ def check_budget(cases: Sequence[EvalCase], model: ChatModel,
             not fit; the message names the key_id, the counts and the flag to change.
     """
     limits = limits or model.prompt_limits()
-    if not cases:
+    if not cases or limits == PromptLimits():  # nothing known (the baselines): nothing to check
         return []
     if limits.max_images is not None:
         worst = max(cases, key=lambda c: sum(len(t.images) for t in c.turns))
