@@ -165,6 +165,18 @@ def test_auth_and_bad_request_fail_fast(png, code):
     with pytest.raises(ProviderError) as info:
         _model(fake).generate([_request(png)])
     assert len(fake.seen) == 1 and KEY not in str(info.value)
+    hint = {400: "The API rejected the request", 401: "GEMINI_API_KEY", 403: "permissions",
+            404: "Check --model"}[code]
+    assert hint in str(info.value)
+
+
+def test_a_request_over_the_context_stops_the_run(png):
+    fake = Fake((400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
+                                 "The input token count (1200000) exceeds the maximum number "
+                                 "of tokens allowed (1048576)."}}))
+    with pytest.raises(ProviderError, match="does not fit the model's context"):
+        _model(fake).generate([_request(png)])
+    assert len(fake.seen) == 1
 
 
 def test_missing_credentials_name_env_and_yaml_keys(tmp_path):

@@ -187,6 +187,16 @@ def test_bad_request_fails_fast(server, png, status):
     assert len(server.chat_requests()) == 1
 
 
+def test_exhausted_quota_is_not_retried_and_names_billing(server, png):
+    server.push({"status": 429, "error_code": "insufficient_quota",
+                 "error_message": "You exceeded your current quota"})
+    with pytest.raises(ProviderError) as info:
+        _model(server).generate([_request(png)])
+    assert not isinstance(info.value, RetriesExhausted)
+    assert "quota or billing is exhausted" in str(info.value)
+    assert len(server.chat_requests()) == 1  # a rate limit would have been retried
+
+
 @pytest.mark.parametrize("push", [
     {"status": 400, "error_code": "context_length_exceeded"},
     {"status": 400, "error_message": "This model's maximum context length is 4096 tokens. "

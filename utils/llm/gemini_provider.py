@@ -302,9 +302,15 @@ class GeminiChatModel(ApiChatModel):
                 retry_after = _retry_delay_from_body(getattr(exc, "details", None))
             return Failure("retryable", message, code, retry_after_s=retry_after)
         if code == 400 and "token" in message.lower() and "exceed" in message.lower():
-            return Failure("request", message, code)  # this conversation is too long
+            return Failure("fatal", f"{message}. The request does not fit the model's context: "
+                                    f"lower --max-new-tokens or bound the images "
+                                    f"(--max-image-side)", code)
         if status_kind(code) == "fatal":
-            return Failure("fatal", message, code)
+            hint = {401: "Check GEMINI_API_KEY / GOOGLE_API_KEY or the Vertex credentials",
+                    403: "Check the key's or the Vertex project's permissions",
+                    404: f"Check --model ({self.model!r})"}.get(
+                code, "The API rejected the request; check --model and the request settings")
+            return Failure("fatal", f"{message}. {hint}", code)
         return Failure("request", message, code)
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -99,6 +99,8 @@ def check_extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--extra-body is not valid JSON data ({exc})") from None
     return dict(extra_body)
+#: 429 codes that mean "no quota left" (billing), not "too fast": retrying cannot help.
+_QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached", "billing_not_active")
 _FILTER_CODES = ("content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation")
 
 
@@ -432,6 +434,10 @@ class OpenAIChatModel(ApiChatModel):
         message = redact(f"HTTP {code}: {text}", secrets)[:500]
         if code in (400, 413, 422) and (err_code in _CONTEXT_CODES or _CONTEXT_TEXT.search(text)):
             return Failure("fatal", self._context_message(message), code)
+        if code == 429 and err_code in _QUOTA_CODES:
+            return Failure("fatal", f"{message}. The API key's quota or billing is exhausted: "
+                                    f"retrying cannot help; add credit or use another key",
+                           code)
         if code == 400 and err_code in _FILTER_CODES:
             return Failure("request", message, code, completion_status="refused")
         if code in RETRYABLE_STATUS or code >= 500:
