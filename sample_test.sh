@@ -12,6 +12,7 @@
 #   02 QA generation, benchmark sampling and export
 #   03 evaluation with the oracle, random and dummy providers under oracle settings implicit and none
 #   04 analysis: CSVs, plots and the summary table printed below
+#   self-check: the oracle rows must read 100 %, the dummy rows what the answer keys give
 # Outputs go to --work-dir (default: outputs/sample_test/, git-ignored); the exported benchmark is
 # <work-dir>/chexpercept/ (your data/chexpercept/ is never touched).
 #   --keep   resume into the existing work dir instead of starting afresh
@@ -103,6 +104,11 @@ for setting in implicit none; do
   "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
     --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
 done
+
+step "self-check"
+# exits 1 with one line when an oracle row is below 100 % or a dummy row differs from the
+# value worked out from the answer keys
+"${PY[@]}" scripts/sample_test/check_summary.py --work-dir "$WORK"
 
 step "done in $(( $(date +%s) - start ))s"
 echo "benchmark:        $BENCH/chexpercept.json (+ image folders)"

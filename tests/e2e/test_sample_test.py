@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
+import runpy
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,52 +143,13 @@ def test_summary_columns_and_oracle_is_perfect(runs):
                 assert float(row["depth"]) == pytest.approx(max_depth[path])
 
 
+CHECK = runpy.run_path(str(ROOT / "scripts" / "sample_test" / "check_summary.py"),
+                      run_name="check_summary")
+
+
 def _dummy_expected(bench) -> dict[tuple[str, str], dict[str, float]]:
-    """By hand: the dummy provider answers option 1 to every question."""
-    per_path: dict[str, list[dict[str, bool | None]]] = {p: [] for p in PATHS}
-    for key_id, item in bench.items():
-        path = qa_path_of(item)
-        flags: dict[str, bool | None] = {"s1": item.detection_qa.answer_index == 1}
-        if path != "lesion_free":
-            cq = item.contour_qa
-            flags["s2"] = cq.contour_eval_qa.answer_index == 1
-            if path == "revision_required":
-                flags["s3"] = (set(cq.contour_revision_qa_expansion.answer_index) == {1}
-                               and set(cq.contour_revision_qa_contraction.answer_index) == {1}
-                               and cq.contour_revision_qa_revision_result.answer_index == 1)
-            ae = item.attribute_extraction_qa
-            if ae is not None:
-                flags["s4"] = (ae.distribution.answer_index == 1 and set(ae.location.answer_index) == {1}
-                               and ae.severity_measurement.answer_index == 1
-                               and ae.comparison.answer_index == 1)
-        flags["cardio"] = key_id.startswith("cardiomegaly_")
-        per_path[path].append(flags)
-    out = {}
-    for path, cases in per_path.items():
-        order = {"revision_required": ["s1", "s2", "s3", "s4"], "revision_free": ["s1", "s2", "s4"],
-                 "lesion_free": ["s1"]}[path]
-        e2e = {s: [] for s in order}
-        own = {s: [] for s in order}
-        depths = []
-        for c in cases:
-            ok_prefix, depth, last = True, 0, None
-            for s in order:
-                if s not in c:
-                    continue
-                ok_prefix = ok_prefix and bool(c[s])
-                e2e[s].append(ok_prefix)
-                own[s].append(bool(c[s]))
-                depth += ok_prefix
-                last = ok_prefix
-            if c["cardio"] and path != "lesion_free" and last:
-                depth += 1
-            depths.append(depth)
-        col = {"s1": "acc(stage1)", "s2": "acc(stage2)", "s3": "acc(stage3)", "s4": "acc(stage4)"}
-        mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-        out[(path, "end_to_end")] = {col[s]: mean(v) for s, v in e2e.items()} | {"depth": mean(depths)}
-        out[(path, "oracle_passed")] = {col[s]: mean(v) for s, v in own.items()} | {"depth": mean(depths)}
-        out[(path, "oracle_passed")]["acc(stage1)"] = out[(path, "end_to_end")]["acc(stage1)"]
-    return out
+    """By hand: the dummy provider answers option 1 to every question (the script's rule)."""
+    return CHECK["dummy_expected"](bench)
 
 
 def test_dummy_rows_equal_hand_computation(runs):
@@ -210,3 +173,28 @@ def test_all_results_schema_and_layout(runs):
             assert results
             first = next(iter(results.values()))
             assert "response" in first.detection_qa and "correct" in first.detection_qa
+
+
+def test_sample_test_checks_itself_and_fails_with_one_line(runs, tmp_path):
+    work, _, stdout = runs
+    assert "check: ok" in stdout
+    copy = tmp_path / "work"
+    for rel in ("chexpercept/chexpercept.json", "04_analyze_eval_result"):
+        src = work / rel
+        dst = copy / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy(src, dst)
+    summary = _summary(copy, "none")
+    text = summary.read_text(encoding="utf-8").splitlines()
+    text = [line.replace("oracle_baseline,end_to_end,1.000000", "oracle_baseline,end_to_end,"
+                         "0.990000", 1) for line in text]
+    summary.write_text("\n".join(text) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "sample_test" /
+                                               "check_summary.py"), "--work-dir", str(copy)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "oracle_baseline" in lines[0] and "0.99" in lines[0]
