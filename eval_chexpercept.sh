@@ -56,7 +56,11 @@ chex_pyenv_select eval_chexpercept.sh "$default_env"
 chex_pyenv_nvjitlink eval_chexpercept.sh
 
 "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
-case " $* " in *" --validate-only "*|*" --estimate-cost "*|*" --estimate_cost "*|*" --part "*) exit 0 ;; esac
+for arg in "$@"; do  # no analysis of a check, a cost estimate or one part of a sharded run
+  case "$arg" in
+    --validate-only|--validate_only|--estimate-cost|--estimate_cost|--part|--part=*) exit 0 ;;
+  esac
+done
 # The analysis goes next to the results when --output-path is given (else the release's folder).
 "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
   --oracle_setting "$setting" --benchmark-dir "$bench" --output-dir "$analysis"

@@ -159,6 +159,15 @@ def test_env_selects_named_conda_env(box):
     assert box.setup_calls() == []
 
 
+@pytest.mark.parametrize("flags", [["--part", "1", "--total-parts", "2"],
+                                   ["--part=1", "--total-parts=2"], ["--validate-only"],
+                                   ["--validate_only"], ["--estimate-cost"]])
+def test_no_analysis_for_one_part_a_check_or_a_cost_estimate(box, flags):
+    res = box.run("eval_chexpercept.sh", *_eval_args(box, *flags), CHEXPERCEPT_PYTHON=str(box.custom_py))
+    _ok(res)
+    assert [s["script"] for s in box.stages()] == [EVAL]
+
+
 # (b) --model hulu-med (either spelling) without ENV runs in the hulumed env; other models in
 # chexpercept; an explicit ENV still wins.
 @pytest.mark.parametrize("model_args, env_var, expected", [
