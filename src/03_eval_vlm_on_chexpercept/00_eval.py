@@ -45,7 +45,9 @@ from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
     add_config_arg,
+    non_negative_seconds,
     positive_int,
+    positive_seconds,
     progress,
     run_main,
     setup_logging,
@@ -99,13 +101,17 @@ def _fraction(text: str) -> float:
 
 
 def _json_object(text: str) -> dict[str, object]:
+    shown = text if len(text) <= 80 else text[:77] + "..."
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at character {exc.pos}): "
-                                         f"{text!r}") from None
+                                         f"{shown!r}") from None
+    except (ValueError, RecursionError) as exc:  # huge integers, absurd nesting
+        raise argparse.ArgumentTypeError(f"not usable JSON ({type(exc).__name__}: "
+                                         f"{str(exc)[:120]})") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {shown!r}")
     return value
 
 
@@ -137,10 +143,15 @@ def check_provider_flags(args: argparse.Namespace, provider: str) -> None:
         if getattr(args, dest) is not None and provider not in takers:
             raise ConfigError(f"{flag} applies to --provider {' / '.join(takers)}, not "
                               f"{provider}")
-    if provider in API_PROVIDERS and not args.model:
+    if args.server_wait is not None and provider == "openai" and not args.base_url:
+        raise ConfigError("--server-wait applies to a server given with --base-url "
+                          "(api.openai.com is not waited for)")
+    if provider in API_PROVIDERS and not args.model and not args.validate_only:
+        example = {"gemini": "gemini-3.1-pro-preview"}.get(provider, "gpt-5.4")
         raise ConfigError(f"--provider {provider} needs --model (the model or deployment to "
-                          f"call, e.g. --model gpt-5.4; for an OpenAI-compatible server, the "
-                          f"name it serves)")
+                          f"call, e.g. --model {example}"
+                          + ("; for an OpenAI-compatible server, the name it serves)"
+                             if provider == "openai" else ")"))
 
 
 def _add_local_model_args(parser: argparse.ArgumentParser) -> None:
@@ -204,9 +215,11 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                             f"{ASYNC_ENGINE_CONCURRENCY}).")
     group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
                        default=None,
-                       help="Retries per request on 429/5xx/timeouts, >= 0 (default: 6).")
+                       help="Retries per request on 408/409/429/5xx, timeouts and connection "
+                            "failures, >= 0; when they run out the run stops and records "
+                            "nothing for that turn (default: 6).")
     group.add_argument("--request-timeout", "--request_timeout", dest="request_timeout",
-                       type=float, default=None,
+                       type=positive_seconds, default=None,
                        help="Per-attempt HTTP timeout in seconds (default: 600).")
     group.add_argument("--reasoning-effort", "--reasoning_effort", dest="reasoning_effort",
                        default=None,
@@ -216,9 +229,12 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--extra-body", "--extra_body", dest="extra_body", type=_json_object,
                        default=None,
                        help="openai/azure: a JSON object of further request fields sent with "
-                            "every request, e.g. '{\"top_k\": 1}' for vLLM or SGLang; "
-                            "recorded in the run manifest and part of its identity (a resumed "
-                            "run must use the same) (default: none).")
+                            "every request, e.g. '{\"top_k\": 1}' for vLLM or SGLang; they "
+                            "win over ours (temperature, seed), chat_template_kwargs are "
+                            "merged; model, messages, stream, n, max_tokens, "
+                            "max_completion_tokens and reasoning_effort are refused (flags set "
+                            "them); recorded in the run manifest and part of its identity "
+                            "(default: none).")
     group.add_argument("--max-image-side", "--max_image_side", dest="max_image_side",
                        type=positive_int, default=None,
                        help="Downscale images whose longest side exceeds N pixels before "
@@ -228,10 +244,11 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                        type=positive_int, default=None,
                        help="Downscale images with more than N pixels (width x height) before "
                             "sending them; recorded in the manifest (default: no bound).")
-    group.add_argument("--server-wait", "--server_wait", dest="server_wait", type=float,
-                       default=None,
+    group.add_argument("--server-wait", "--server_wait", dest="server_wait",
+                       type=non_negative_seconds, default=None,
                        help="openai with --base-url: seconds to wait for a server that is "
-                            "still starting before the first request (default: 900).")
+                            "still starting before the first request; 0 checks once "
+                            "(default: 900).")
     group.add_argument("--estimate-cost", "--estimate_cost", dest="estimate_cost",
                        action="store_true",
                        help="Print the expected API cost of the selected cases for --model and "

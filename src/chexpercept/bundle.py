@@ -371,16 +371,29 @@ def _structure_problems(key_id: str, item: BenchmarkItem) -> list[str]:
     return problems
 
 
+#: Image formats every provider can send (OpenAI-compatible servers, Gemini, vLLM data URLs).
+SENDABLE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")
+
+
 def _image_info(path: Path) -> tuple[str | None, tuple[int, int] | None]:
-    """(problem, (width, height)) of one image file."""
+    """(problem, (width, height)) of one image file.
+
+    A problem is a missing file, a file that is not an image, an image too large for Pillow's
+    decompression-bomb guard, or a format outside :data:`SENDABLE_FORMATS`.
+    """
     if not path.is_file():
         return "missing", None
     try:
         with Image.open(path) as im:
-            size = im.size
+            size, kind = im.size, im.format
             im.verify()
+    except Image.DecompressionBombError as exc:
+        return f"is too large to open safely ({exc})", None
     except (OSError, ValueError, SyntaxError) as exc:
         return f"cannot be opened as an image ({exc})", None
+    if kind not in SENDABLE_FORMATS:
+        return (f"is a {kind} image; models are sent {', '.join(SENDABLE_FORMATS)} only "
+                f"(convert it, e.g. to PNG)"), None
     return None, size
 
 

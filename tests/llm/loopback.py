@@ -12,7 +12,7 @@ Standard library only (``http.server`` in a thread, HTTP/1.1 keep-alive). It ans
 
 Action keys: ``status`` (HTTP status; a JSON error body is sent), ``headers`` (extra response
 headers), ``error_code`` (``error.code`` of the body), ``error_message`` (its
-``error.message``), ``delay_s`` (sleep first),
+``error.message``), ``body`` (a 200 answer with exactly this JSON), ``delay_s`` (sleep first),
 ``content`` (answer text; None for a null content), ``finish_reason``, ``refusal``.
 
 Run as a script for a separate-process server (benchmarks)::
@@ -305,9 +305,12 @@ class _AsyncHandler(asyncio.Protocol):
             server.stats.in_flight -= 1
         if status != 200:
             err = {"error": {"message": action.get("error_message", f"loopback {status}"),
-                             "type": "loopback",
-                             "param": None, "code": action.get("error_code")}}
+                             "type": "loopback", "param": None,
+                             "code": action.get("error_code")}}
             self._send(status, err, action.get("headers"), close)
+            return
+        if "body" in action:  # a scripted 200 body, as it is (malformed-response tests)
+            self._send(200, action["body"], action.get("headers"), close)
             return
         text = action["content"] if "content" in action else server.answer(body or {})
         self._send(200, _completion_body(
@@ -401,10 +404,13 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 with server._lock:
                     server.stats.by_status[status] += 1
                 if status != 200:
-                    err = {"error": {"message": action.get("error_message", f"loopback {status}"),
-                             "type": "loopback",
-                                     "param": None, "code": action.get("error_code")}}
+                    err = {"error": {
+                        "message": action.get("error_message", f"loopback {status}"),
+                        "type": "loopback", "param": None, "code": action.get("error_code")}}
                     self._send(status, err, action.get("headers"))
+                    return
+                if "body" in action:  # a scripted 200 body, as it is
+                    self._send(200, action["body"], action.get("headers"))
                     return
                 text = action["content"] if "content" in action else server.answer(body or {})
                 prompt_tokens = len(raw) // 4

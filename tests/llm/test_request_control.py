@@ -23,12 +23,24 @@ from chexpercept.evaluation.budget import check_budget, last_request
 from utils.errors import ConfigError, ProviderError
 from utils.llm import _images
 from utils.llm._api import ImageCache
-from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest
+from utils.llm.base import ChatModel, Completion, Message, PromptLimits, TurnRequest
 from utils.llm.openai_provider import OpenAIChatModel, check_extra_body
-from utils.llm.retry import RetryPolicy
+from utils.llm.retry import RetriesExhausted, RetryPolicy
 from utils.llm.tokens import ImageRule, context_from_config, rule_for_model, text_tokens
 
 FAST = RetryPolicy(max_retries=1, base_delay_s=0.001, max_delay_s=0.01)
+
+
+@pytest.fixture()
+def png_file(tmp_path):
+    path = tmp_path / "x.png"
+    Image.new("L", (8, 8), 100).save(path)
+    return path
+
+
+def _one(image: Path) -> TurnRequest:
+    return TurnRequest((Message("system", "sys"), Message("user", "q?", (image,))),
+                       request_id="case/turn")
 
 
 # -- image-token rules ----------------------------------------------------------------------
@@ -269,3 +281,182 @@ def test_servers_without_tokenize_fall_back_to_the_estimate(tmp_path):
 def test_a_provider_without_limits_is_not_checked(cases):
     model = LimitedModel(PromptLimits())
     assert check_budget(cases, model) == [] and model.counted == 0
+
+
+# -- break-it findings: faults are never answers, bad input gets one clear message ------------
+@pytest.mark.parametrize("status", [402, 405, 410, 413, 418, 451])
+def test_unlisted_http_statuses_stop_the_run_instead_of_being_recorded(png_file, status):
+    with LoopbackServer() as server:
+        server.push({"status": status})
+        model = OpenAIChatModel("srv", base_url=server.base_url, env={}, retry_policy=FAST)
+        with pytest.raises(ProviderError, match=f"HTTP {status}"):
+            model.generate([_one(png_file)])
+        assert len(server.chat_requests()) == 1
+
+
+@pytest.mark.parametrize("body", [
+    {"error": {"message": "upstream overloaded"}},
+    {"choices": []},
+    [1, 2],
+    {"choices": ["x"]},
+    {"choices": [{"message": "text", "finish_reason": "stop"}]},
+    {"choices": [{"message": {"content": 7}, "finish_reason": "stop"}]},
+    {"choices": [{"message": {"content": "Ans"}, "finish_reason": "abort"}]},
+    {"choices": [{"message": {"content": ""}, "finish_reason": "error"}]},
+])
+def test_a_200_that_is_no_completion_is_a_retried_fault_never_an_answer(png_file, body):
+    with LoopbackServer() as server:
+        server.push({"body": body}, {"body": body})
+        model = OpenAIChatModel("srv", base_url=server.base_url, env={}, retry_policy=FAST)
+        with pytest.raises(RetriesExhausted, match="unusable response"):
+            model.generate([_one(png_file)])
+        server.push({"body": body})
+        completion = model.generate([_one(png_file)])[0]  # retried: the next answer counts
+        assert completion.status == "ok" and completion.attempts == 2
+
+
+def test_malformed_usage_counts_are_zero_not_a_crash(png_file):
+    body = {"choices": [{"message": {"content": "Answer: 1"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": "abc", "completion_tokens": -4,
+                      "prompt_tokens_details": "x"}}
+    with LoopbackServer() as server:
+        server.push({"body": body})
+        completion = OpenAIChatModel("srv", base_url=server.base_url, env={}).generate(
+            [_one(png_file)])[0]
+    assert completion.text == "Answer: 1"
+    assert (completion.usage.input_tokens, completion.usage.output_tokens,
+            completion.usage.cached_input_tokens) == (0, 0, 0)
+
+
+def test_extra_body_cannot_override_the_output_cap_and_keeps_no_thinking():
+    for key, flag in (("max_tokens", "--max-new-tokens"),
+                      ("max_completion_tokens", "--max-new-tokens"),
+                      ("reasoning_effort", "--reasoning-effort")):
+        with pytest.raises(ConfigError, match=f"may not set {key}: set by {key} \\({flag}\\)"):
+            check_extra_body({key: 1})
+    with pytest.raises(ConfigError, match="nested deeper than"):
+        deep: list = []
+        for _ in range(20):
+            deep = [deep]
+        check_extra_body({"a": deep})
+    model = OpenAIChatModel("srv", base_url="http://127.0.0.1:9/v1", env={}, no_thinking=True,
+                            extra_body={"chat_template_kwargs": {"foo": 1}})
+    assert model.request_params()["chat_template_kwargs"] == {"foo": 1,
+                                                              "enable_thinking": False}
+
+
+@pytest.mark.parametrize("url", ["", "  ", "ftp://127.0.0.1:8000/v1", "127.0.0.1:8000/v1",
+                                 "not a url", "http://127.0.0.1:99999/v1", "http:///v1"])
+def test_base_urls_that_cannot_work_are_refused_at_once(url):
+    with pytest.raises(ConfigError, match="--base-url"):
+        OpenAIChatModel("srv", base_url=url, env={})
+
+
+def test_base_url_credentials_are_hidden_and_a_trailing_slash_is_not_a_new_run():
+    model = OpenAIChatModel("srv", base_url="http://user:s3cret@127.0.0.1:8000/v1/", env={})
+    assert model.base_url == "http://user:s3cret@127.0.0.1:8000/v1"
+    assert model.describe()["base_url"] == "http://***@127.0.0.1:8000/v1"
+    assert "s3cret" not in model.server_label
+    plain = OpenAIChatModel("srv", base_url="http://127.0.0.1:8000/v1", env={})
+    assert plain.describe()["base_url"] == "http://127.0.0.1:8000/v1"
+
+
+def test_a_tls_mismatch_stops_the_wait_at_once():
+    with LoopbackServer(models=["srv"]) as server:
+        model = OpenAIChatModel("srv", base_url=server.base_url.replace("http:", "https:"),
+                                env={}, server_wait_s=600)
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="TLS handshake .* use --base-url http://"):
+            model.preflight()
+        assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(("models", "context"), [
+    ([{"id": 1}, {"id": "srv", "max_model_len": -5}], None),
+    ([{"object": "model"}, {"id": "srv", "max_model_len": True}], None),
+    ([{"id": "srv", "max_model_len": 8192}], 8192),
+])
+def test_hostile_model_lists_are_read_carefully(monkeypatch, models, context):
+    model = OpenAIChatModel("srv", base_url="http://127.0.0.1:9/v1", env={})
+    monkeypatch.setattr(model, "_get_json", lambda url, timeout_s: (200, {"data": models}))
+    model.preflight()
+    assert model.prompt_limits().context_tokens == context
+
+
+@pytest.mark.parametrize("answer", [(404, {"detail": "Not Found"}), (401, {"error": "no"}),
+                                    (200, None), (200, ["srv"])])
+def test_a_server_without_a_usable_model_list_is_used_with_a_warning(monkeypatch, caplog,
+                                                                      answer):
+    model = OpenAIChatModel("srv", base_url="http://127.0.0.1:9/v1", env={})
+    monkeypatch.setattr(model, "_get_json", lambda url, timeout_s: answer)
+    with caplog.at_level(logging.WARNING):
+        model.preflight()
+    assert "is not checked against it" in caplog.text
+
+
+@pytest.mark.parametrize("flags", [["--server-wait", "nan"], ["--server-wait", "-1"],
+                                   ["--request-timeout", "0"], ["--request-timeout", "inf"],
+                                   ["--extra-body", "{" * 1200], ["--extra-body", "1" * 5000]])
+def test_nonsense_numbers_and_json_are_refused_by_the_parser(tmp_path, capsys, flags):
+    with pytest.raises(SystemExit) as info:
+        run_eval_cli(["--provider", "openai", "--model", "m", *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error:" in err and len(err) < 400
+
+
+def test_server_wait_needs_a_base_url_and_validate_only_needs_no_model(tmp_path):
+    bench = tmp_path / "bench"
+    stage03_bundle.write_bundle(bench)
+    with pytest.raises(ConfigError, match="--server-wait applies to a server given with"):
+        run_eval_cli(["--benchmark-dir", str(bench), "--provider", "openai", "--model", "m",
+                      "--server-wait", "5"])
+    assert run_eval_cli(["--benchmark-dir", str(bench), "--provider", "openai",
+                         "--validate-only", "--no-progress"]) == 0
+    with pytest.raises(ConfigError, match="e.g. --model gemini-"):
+        run_eval_cli(["--benchmark-dir", str(bench), "--provider", "gemini"])
+
+
+def test_images_of_any_mode_downscale_and_unsendable_formats_fail_validation(tmp_path):
+    cmyk = tmp_path / "cmyk.jpg"
+    Image.new("CMYK", (400, 200), (0, 50, 100, 0)).save(cmyk)
+    data, mime = _images.read_bounded(cmyk, 100)
+    with Image.open(io.BytesIO(data)) as img:
+        assert (img.size, img.mode, mime) == ((100, 50), "RGB", "image/png")
+    from chexpercept.bundle import _image_info
+
+    tiff = tmp_path / "x.tiff"
+    Image.new("L", (8, 8)).save(tiff)
+    problem, _ = _image_info(tiff)
+    assert "is a TIFF image" in problem and "PNG" in problem
+
+
+def test_the_estimate_uses_the_size_images_are_sent_at(cases):
+    for case in cases:
+        for turn in case.turns:
+            for path in turn.images:
+                Image.new("L", (1024, 1024), 90).save(path)
+    plain = check_budget(cases, LimitedModel(PromptLimits(context_tokens=10**6)))
+    bounded = check_budget(cases, LimitedModel(PromptLimits(context_tokens=10**6,
+                                                            image_bounds=(64, None))))
+    assert bounded[0].prompt_tokens < plain[0].prompt_tokens
+
+
+def test_tokenize_counts_that_are_not_positive_integers_are_not_trusted(monkeypatch):
+    import httpx2
+
+    model = OpenAIChatModel("srv", base_url="http://127.0.0.1:9/v1", env={})
+
+    class Answer:
+        status_code = 200
+
+        def __init__(self, count):
+            self.count = count
+
+        def json(self):
+            return {"count": self.count}
+
+    for bad in (-1, True, 0, "12"):
+        model._tokenize_supported = None
+        monkeypatch.setattr(httpx2, "post", lambda *a, bad=bad, **k: Answer(bad))
+        assert model.count_prompt_tokens(TurnRequest(())) is None

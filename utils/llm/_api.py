@@ -71,6 +71,14 @@ def answer_completion(text: str, finish: str | None, *, usage: Any, model: str |
                       error=f"empty response (finish_reason={finish})", response_model=model)
 
 
+class MalformedResponse(Exception):  # noqa: N818 - a classified fault, like the SDK's errors
+    """A 2xx response that is no usable completion (no choices, an error object, an abort).
+
+    A fault of the server, not an answer of the model: retried like a 5xx, and when the
+    retries run out the run stops with nothing recorded (docs/engines.md, "Faults").
+    """
+
+
 class ImageCache:
     """LRU of encoded image files keyed by path, bounded by entries and by bytes.
 
@@ -177,7 +185,7 @@ class ApiChatModel(ChatModel):
         self.concurrency = max(int(concurrency), 1)
         self.timeout_s = float(timeout_s)
         self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
-                               self._classify, self.provider)
+                               self._classify_fault, self.provider)
         self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency),
                                  max_side=max_image_side, max_pixels=max_image_pixels)
 
@@ -198,6 +206,24 @@ class ApiChatModel(ChatModel):
     def _classify(self, exc: BaseException) -> Failure | None:
         """Classify an SDK exception; None for exceptions that are bugs (re-raised)."""
 
+    def _check(self, response: Any) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`MalformedResponse` for a response that is no usable completion."""
+
+    def _classify_fault(self, exc: BaseException) -> Failure | None:
+        if isinstance(exc, MalformedResponse):
+            return Failure("retryable", f"unusable response from the server: {exc}")
+        return self._classify(exc)
+
+    def _attempt(self, request: TurnRequest) -> Any:
+        response = self._call(request)
+        self._check(response)
+        return response
+
+    async def _aattempt(self, request: TurnRequest) -> Any:
+        response = await self._acall(request)
+        self._check(response)
+        return response
+
     # -- shared behaviour -----------------------------------------------------------------
     def _failed(self, exc: RequestFailed, started: float) -> Completion:
         return Completion(text="", status=exc.failure.completion_status,
@@ -214,7 +240,7 @@ class ApiChatModel(ChatModel):
         """Answer one request synchronously, with retries (latency includes backoff)."""
         started = time.perf_counter()
         try:
-            response, attempts = self.retrier.call(lambda: self._call(request),
+            response, attempts = self.retrier.call(lambda: self._attempt(request),
                                                    request_id=request.request_id)
         except RequestFailed as exc:
             return self._failed(exc, started)
@@ -246,7 +272,7 @@ class ApiChatModel(ChatModel):
         """
         started = time.perf_counter()
         try:
-            response, attempts = await self.retrier.acall(lambda: self._acall(request),
+            response, attempts = await self.retrier.acall(lambda: self._aattempt(request),
                                                           request_id=request.request_id)
         except RequestFailed as exc:
             return self._failed(exc, started)

@@ -69,13 +69,19 @@ def bounded_size(width: int, height: int, max_side: int | None,
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
+#: Pillow modes a PNG can store as they are (others are converted to RGB when downscaled).
+_PNG_MODES = ("1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA")
+
+
 def read_bounded(path: str | Path, max_side: int | None = None,
                  max_pixels: int | None = None) -> tuple[bytes, str]:
     """The image's bytes and MIME type, downscaled when over a bound.
 
     Within the bounds (or without any) the file's own bytes are returned, so the model sees
-    the bundle's pixels exactly. Over a bound the image is resized with Lanczos filtering
-    (its mode kept: grayscale stays grayscale) and sent as PNG.
+    the bundle's pixels exactly. Over a bound the image is resized (Pillow: Lanczos for
+    grayscale and colour, nearest neighbour for palette and 1-bit images; the mode is kept,
+    so grayscale stays grayscale; CMYK and other modes PNG cannot hold become RGB) and sent as
+    PNG.
 
     Raises:
         ProviderError: If the file cannot be read or is not an image.
@@ -93,11 +99,13 @@ def read_bounded(path: str | Path, max_side: int | None = None,
             size = bounded_size(img.width, img.height, max_side, max_pixels)
             if size == (img.width, img.height):
                 return data, mime
+            if img.mode not in _PNG_MODES:  # CMYK, YCbCr, ...: PNG cannot hold them
+                img = img.convert("RGB")
             resized = img.resize(size, Image.Resampling.LANCZOS)
-    except (OSError, UnidentifiedImageError) as exc:
-        raise ProviderError(f"{path}: cannot open image ({exc})") from exc
-    out = io.BytesIO()
-    resized.save(out, format="PNG")
+        out = io.BytesIO()
+        resized.save(out, format="PNG")
+    except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise ProviderError(f"{path}: cannot downscale the image ({exc})") from exc
     return out.getvalue(), "image/png"
 
 

@@ -108,6 +108,8 @@ class PromptLimits:
         context_source: Where ``context_tokens`` came from (a flag, the model registry,
             ``config.json``, the server), for messages.
         context_flag: The flag or setting that changes the context (for messages).
+        image_bounds: ``(max side, max pixels)`` images are downscaled to before sending
+            (``--max-image-side`` / ``--max-image-pixels``); ``(None, None)`` when sent as stored.
     """
 
     context_tokens: int | None = None
@@ -117,6 +119,7 @@ class PromptLimits:
     tokenizer_file: Path | None = None
     context_source: str = ""
     context_flag: str = ""
+    image_bounds: tuple[int | None, int | None] = (None, None)
 
 
 class ChatModel(abc.ABC):

@@ -191,7 +191,8 @@ class GeminiChatModel(ApiChatModel):
     def prompt_limits(self) -> PromptLimits:
         """The output-token cap (Gemini's context, 1M tokens, fits any dialogue)."""
         return PromptLimits(max_new_tokens=self.max_output_tokens,
-                            image_rule=rule_for_model(self.model))
+                            image_rule=rule_for_model(self.model),
+                            image_bounds=(self.images.max_side, self.images.max_pixels))
 
     def _make_client(self) -> Any:
         types = self._types
@@ -311,7 +312,9 @@ class GeminiChatModel(ApiChatModel):
                     404: f"Check --model ({self.model!r})"}.get(
                 code, "The API rejected the request; check --model and the request settings")
             return Failure("fatal", f"{message}. {hint}", code)
-        return Failure("request", message, code)
+        # any other status is neither retryable nor an answer of the model: the run stops
+        return Failure("fatal", f"{message}. HTTP {code} is neither a fault that retrying can "
+                                f"fix nor an answer of the model", code)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def aclose(self) -> None:

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,12 @@ from utils.llm._api import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     ApiChatModel,
     LoopBound,
+    MalformedResponse,
     answer_completion,
 )
 from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
-from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after
 from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
@@ -69,8 +71,59 @@ DEFAULT_SERVER_WAIT_S = 900.0
 #: Seconds between two readiness probes, and between two "still waiting" log lines.
 SERVER_POLL_S = 2.0
 SERVER_LOG_EVERY_S = 15.0
-#: Request fields ``--extra-body`` may not set (the harness owns them).
-RESERVED_BODY_FIELDS = ("model", "messages", "stream", "n")
+#: Request fields ``--extra-body`` may not set: the harness owns them, or a flag sets them (the
+#: message names it).
+RESERVED_BODY_FIELDS = {
+    "model": "--model", "messages": "the benchmark", "stream": "the harness", "n": "the harness",
+    "max_tokens": "--max-new-tokens", "max_completion_tokens": "--max-new-tokens",
+    "reasoning_effort": "--reasoning-effort",
+}
+#: Deepest nesting of an ``--extra-body`` object.
+MAX_BODY_DEPTH = 16
+
+
+def hide_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs and manifests)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def check_base_url(base_url: str | None) -> str | None:
+    """``--base-url`` checked and normalised (no trailing slash); None stays None.
+
+    Raises:
+        ConfigError: For an empty value, a scheme other than http/https, no host, or a port
+            out of range (the message shows the form expected).
+    """
+    if base_url is None:
+        return None
+    text = base_url.strip()
+    example = "e.g. http://127.0.0.1:8000/v1"
+    if not text:
+        raise ConfigError(f"--base-url is empty; give the server's URL ({example}) or leave "
+                          f"the flag out for api.openai.com")
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ConfigError(f"--base-url {hide_credentials(text)!r}: not an http(s) URL with a "
+                          f"host and a valid port ({example})")
+    return text.rstrip("/")
+
+
+def _depth(value: Any, limit: int = MAX_BODY_DEPTH + 1) -> int:
+    """Nesting depth of JSON data, counted up to ``limit`` (no deep recursion)."""
+    depth, level = 0, [value]
+    while level and depth < limit:
+        depth += 1
+        level = [v for item in level for v in
+                 (item.values() if isinstance(item, Mapping) else
+                  item if isinstance(item, list) else ()) if isinstance(v, (Mapping, list))]
+    return depth
 
 
 def check_extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -92,13 +145,18 @@ def check_extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
         raise ConfigError(f"--extra-body must be a JSON object, got {type(extra_body).__name__}")
     reserved = sorted(set(extra_body) & set(RESERVED_BODY_FIELDS))
     if reserved:
-        raise ConfigError(f"--extra-body may not set {', '.join(reserved)} (the harness sends "
-                          f"them); remove them from the object")
+        owners = ", ".join(f"{k} ({RESERVED_BODY_FIELDS[k]})" for k in reserved)
+        raise ConfigError(f"--extra-body may not set {', '.join(reserved)}: set by {owners}; "
+                          f"remove them from the object")
+    if _depth(extra_body) > MAX_BODY_DEPTH:
+        raise ConfigError(f"--extra-body is nested deeper than {MAX_BODY_DEPTH} levels")
     try:
         json.dumps(dict(extra_body), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--extra-body is not valid JSON data ({exc})") from None
     return dict(extra_body)
+#: Finish reasons of a request the server gave up on (vLLM, SGLang): a fault, not an answer.
+_ABORT_REASONS = ("abort", "error")
 #: 429 codes that mean "no quota left" (billing), not "too fast": retrying cannot help.
 _QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached", "billing_not_active")
 _FILTER_CODES = ("content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation")
@@ -257,7 +315,10 @@ class OpenAIChatModel(ApiChatModel):
                                           f"the {self.provider} provider").Response
         self._env = os.environ if env is None else env
         self._keys = ApiKeys(api_keys)
-        self.base_url = base_url
+        self.base_url = check_base_url(base_url)
+        #: The base URL as logged and recorded: user name and password hidden.
+        self.server_label = hide_credentials(self.base_url) if self.base_url else \
+            "api.openai.com"
         self.reasoning = is_reasoning_model(model)
         if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
             raise ConfigError(f"--reasoning-effort must be one of {REASONING_EFFORTS}, "
@@ -321,12 +382,18 @@ class OpenAIChatModel(ApiChatModel):
                       "seed": self.seed}
             if self.no_thinking:
                 params["chat_template_kwargs"] = {"enable_thinking": False}
-        params.update(self.extra_body)
+        extra = dict(self.extra_body)
+        if isinstance(extra.get("chat_template_kwargs"), Mapping) and \
+                "chat_template_kwargs" in params:  # --no-thinking's switch stays in
+            extra["chat_template_kwargs"] = {**extra["chat_template_kwargs"],
+                                             **params["chat_template_kwargs"]}
+        params.update(extra)
         return params
 
     def describe(self) -> dict[str, Any]:
         """Manifest settings (no key; retries, timeout and concurrency do not change answers)."""
-        return {**super().describe(), "api_model": self.api_model, "base_url": self.base_url,
+        return {**super().describe(), "api_model": self.api_model,
+                "base_url": self.server_label if self.base_url else None,
                 "params": self.request_params(), "image_detail": self.image_detail,
                 **({"extra_body": dict(self.extra_body)} if self.extra_body else {}),
                 **self.images.describe()}
@@ -390,21 +457,35 @@ class OpenAIChatModel(ApiChatModel):
                                   http_client=self._openai.DefaultAsyncHttpxClient(verify=tls))
                 for _ in range(count)]
 
-    def _to_completion(self, response: Any) -> Completion:
+    def _check(self, response: Any) -> None:
+        """A completion needs a choice with a message; an error body or an abort is a fault."""
         if not isinstance(response, dict):
-            return Completion("", status="error", error="response is not a JSON object")
+            raise MalformedResponse(f"not a JSON object ({type(response).__name__})")
+        error = response.get("error")
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices:
+            why = (f"error {str(error.get('message', error))[:200]!r}"
+                   if isinstance(error, dict) else "no choices")
+            raise MalformedResponse(why)
+        choice = choices[0]
+        if not isinstance(choice, dict) or not isinstance(choice.get("message") or {}, dict):
+            raise MalformedResponse("a choice without a message object")
+        content = (choice.get("message") or {}).get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise MalformedResponse(f"content of type {type(content).__name__}")
+        if choice.get("finish_reason") in _ABORT_REASONS:
+            raise MalformedResponse(f"the server ended the request early (finish_reason="
+                                    f"{choice.get('finish_reason')})")
+
+    def _to_completion(self, response: Any) -> Completion:
         usage = _usage(response.get("usage"))
         model = response.get("model")
-        choices = response.get("choices") or []
-        if not choices:
-            return Completion("", status="error", error="response without choices", usage=usage,
-                              response_model=model)
-        choice = choices[0] if isinstance(choices[0], dict) else {}
+        choice = response["choices"][0]
         finish = choice.get("finish_reason")
         message = choice.get("message") or {}
         text = message.get("content") or ""
         if not isinstance(text, str):  # content parts (some compatible servers)
-            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+            text = "".join(str(p.get("text", "")) for p in text if isinstance(p, dict))
         refusal = message.get("refusal")
         if refusal:
             return Completion(str(refusal), status="refused", finish_reason=finish or "refusal",
@@ -418,11 +499,13 @@ class OpenAIChatModel(ApiChatModel):
     def _classify(self, exc: BaseException) -> Failure | None:
         openai = self._openai
         secrets = (self._api_key,)
-        where = f" at {self.base_url}" if self.base_url else ""
+        where = f" at {self.server_label}" if self.base_url else ""
         if isinstance(exc, openai.APITimeoutError):
             return Failure("retryable", f"timeout after {self.timeout_s:g} s{where}")
         if isinstance(exc, openai.APIConnectionError):
-            return Failure("retryable", redact(f"cannot connect to the server{where}: {exc}",
+            cause = str(exc.__cause__ or exc).rstrip(".") or type(exc).__name__
+            return Failure("retryable", redact(f"no answer from the server{where} "
+                                               f"(connection failed or closed: {cause})",
                                                secrets))
         if isinstance(exc, json.JSONDecodeError):
             return Failure("retryable", f"response is not JSON ({exc.msg})")
@@ -431,6 +514,7 @@ class OpenAIChatModel(ApiChatModel):
         code = exc.status_code
         err_code = str(getattr(exc, "code", None) or "")
         text = str(getattr(exc, "message", exc))
+        text = re.sub(rf"^Error code: {code} - ", "", text)  # the SDK's prefix; we say HTTP N
         message = redact(f"HTTP {code}: {text}", secrets)[:500]
         if code in (400, 413, 422) and (err_code in _CONTEXT_CODES or _CONTEXT_TEXT.search(text)):
             return Failure("fatal", self._context_message(message), code)
@@ -443,37 +527,53 @@ class OpenAIChatModel(ApiChatModel):
         if code in RETRYABLE_STATUS or code >= 500:
             return Failure("retryable", message, code,
                            retry_after_s=parse_retry_after(exc.response.headers))
-        if status_kind(code) == "fatal":
-            return Failure("fatal", f"{message}. {self._fatal_hint(code)}", code)
-        return Failure("request", message, code)
+        # 401/403/404/400/422, and every other status: not retryable, and not an answer of the
+        # model either (402 billing, 413 a proxy's size limit, ...): the run stops
+        return Failure("fatal", f"{message}. {self._fatal_hint(code)}", code)
 
     def _context_message(self, message: str) -> str:
         """The context-overflow error: the server's words, our request and the flags."""
         context = self.server_info.get("max_model_len")
-        limit = f"the server's context is {context} tokens; " if context else ""
-        return (f"the request does not fit the model's context ({message}). {limit}each "
-                f"request asks for up to {self.max_output_tokens} new tokens "
-                f"(--max-new-tokens) on top of the prompt: lower --max-new-tokens, bound the "
-                f"images (--max-image-side), or serve the model with a longer context (vLLM "
-                f"--max-model-len)")
+        limit = f"The server's context is {context} tokens; each" if context else "Each"
+        return (f"the request does not fit the model's context ({message}). {limit} request "
+                f"asks for up to {self.max_output_tokens} new tokens (--max-new-tokens) on top "
+                f"of the prompt: lower --max-new-tokens, bound the images (--max-image-side), "
+                f"or serve the model with a longer context (vLLM --max-model-len). A different "
+                f"--max-new-tokens or image bound is a different run: add --overwrite or use "
+                f"another --output-path")
 
     def _fatal_hint(self, code: int) -> str:
         if code in (401, 403):
             return "Check the API key (and its permissions)"
         if code == 404:
             return (f"Check --model ({self.api_model!r})"
-                    + (f" and --base-url ({self.base_url})" if self.base_url else ""))
-        return "The server rejected the request; check --model, --extra-body and the server"
+                    + (f" and --base-url ({self.server_label})" if self.base_url else ""))
+        if code == 402:
+            return "The account needs payment or credit"
+        if code in (400, 422):
+            return "The server rejected the request; check --model, --extra-body and the server"
+        return (f"HTTP {code} is neither a fault that retrying can fix nor an answer of the "
+                f"model; check the server (or a proxy in front of it)")
 
     # -- before the run -------------------------------------------------------------------
     def _get_json(self, url: str, timeout_s: float) -> tuple[int | None, Any]:
-        """GET ``url`` with the client's key; ``(status, JSON or None)``, status None if down."""
+        """GET ``url`` with the client's key; ``(status, JSON or None)``, status None if down.
+
+        Raises:
+            ProviderError: When the connection can never work as configured (a TLS handshake
+                with a plain-HTTP server, say), so waiting would not help.
+        """
         httpx2 = require("httpx2", "openai", f"the {self.provider} provider")
         try:
             response = httpx2.get(url, timeout=timeout_s,
                                   headers={"Authorization": f"Bearer {self._api_key}"})
         except httpx2.HTTPError as exc:
-            return None, str(exc) or type(exc).__name__
+            text = str(exc) or type(exc).__name__
+            if "SSL" in text or "certificate" in text.lower():
+                raise ProviderError(
+                    f"the TLS handshake with {self.server_label} failed ({text}); a local vLLM "
+                    f"or SGLang server speaks plain http: use --base-url http://...") from None
+            return None, text
         try:
             return response.status_code, response.json()
         except ValueError:
@@ -484,49 +584,55 @@ class OpenAIChatModel(ApiChatModel):
 
         A server that refuses connections or answers 5xx is still starting: probed every
         :data:`SERVER_POLL_S` s for up to ``server_wait_s`` s, with a log line every
-        :data:`SERVER_LOG_EVERY_S` s. Records the served model's ``max_model_len`` (vLLM,
-        SGLang report it) for :meth:`prompt_limits`. Nothing is done for api.openai.com.
+        :data:`SERVER_LOG_EVERY_S` s. A server without a usable model list (404, 401/403 behind
+        a gateway, something other than JSON) is used as it is, with a warning. Records the
+        served model's ``max_model_len`` (vLLM, SGLang report it) for :meth:`prompt_limits`.
+        Nothing is done for api.openai.com.
 
         Raises:
-            ProviderError: If the server is not ready in time, or serves other models than
-                ``--model`` (the message lists them).
+            ProviderError: If the server is not ready in time, cannot be reached as configured,
+                or lists models none of which is ``--model`` (the message lists them).
         """
         if not self.base_url:
             return
-        url = self.base_url.rstrip("/") + "/models"
+        url = self.base_url + "/models"
         started = time.monotonic()
         last_log: float | None = None  # the first failed probe is logged at once
         while True:
-            status, data = self._get_json(url, min(30.0, self.timeout_s))
+            left = self.server_wait_s - (time.monotonic() - started)
+            status, data = self._get_json(url, max(1.0, min(10.0, self.timeout_s, left)))
             if status is not None and status < 500:
                 break
             waited = time.monotonic() - started
             why = f"HTTP {status}" if status is not None else data
             if waited >= self.server_wait_s:
                 raise ProviderError(
-                    f"the server at {self.base_url} did not become ready in "
+                    f"the server at {self.server_label} did not become ready in "
                     f"{self.server_wait_s:g} s (last: {why}); start it (docs/engines.md) or "
                     f"wait longer with --server-wait SECONDS; nothing was recorded")
             if last_log is None or time.monotonic() - last_log >= SERVER_LOG_EVERY_S:
                 logger.info("waiting for the server at %s to be ready (%s; %.0f s of %g s)",
-                            self.base_url, why, waited, self.server_wait_s)
+                            self.server_label, why, waited, self.server_wait_s)
                 last_log = time.monotonic()
             time.sleep(SERVER_POLL_S)
-        if status in (401, 403):
-            raise ProviderError(f"the server at {self.base_url} refused the API key (HTTP "
-                                f"{status} on GET /models); set OPENAI_API_KEY to its key")
-        served = [m for m in (data or {}).get("data", []) if isinstance(m, dict)] \
-            if isinstance(data, dict) else []
-        ids = [str(m.get("id")) for m in served]
-        if status == 200 and ids and self.api_model not in ids:
+        entries = data.get("data") if status == 200 and isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            logger.warning("the server at %s answered GET /models with %s, not a model list: "
+                           "--model %r is not checked against it", self.server_label,
+                           f"HTTP {status}" if status != 200 else "something else",
+                           self.api_model)
+            return
+        served = {str(m["id"]): m for m in entries if isinstance(m, dict) and m.get("id")}
+        if served and self.api_model not in served:
+            names = ", ".join(repr(name) for name in served)
             raise ProviderError(
-                f"the server at {self.base_url} serves {', '.join(map(repr, ids))}, not "
-                f"--model {self.api_model!r}: pass --model {ids[0]} (or start the server with "
-                f"--served-model-name {self.api_model})")
-        entry = next((m for m in served if m.get("id") == self.api_model), {})
-        if isinstance(entry.get("max_model_len"), int):
-            self.server_info["max_model_len"] = int(entry["max_model_len"])
-        logger.info("server at %s is ready (%s%s) after %.0f s", self.base_url,
+                f"the server at {self.server_label} serves {names}, not --model "
+                f"{self.api_model!r}: pass --model {next(iter(served))} (or start the server "
+                f"with --served-model-name {self.api_model})")
+        context = served.get(self.api_model, {}).get("max_model_len")
+        if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+            self.server_info["max_model_len"] = context
+        logger.info("server at %s is ready (%s%s) after %.0f s", self.server_label,
                     self.api_model, f", context {self.server_info['max_model_len']} tokens"
                     if "max_model_len" in self.server_info else "",
                     time.monotonic() - started)
@@ -537,7 +643,8 @@ class OpenAIChatModel(ApiChatModel):
         return PromptLimits(context_tokens=context, max_new_tokens=self.max_output_tokens,
                             image_rule=rule_for_model(self.model),
                             context_source="the server" if context else "",
-                            context_flag="the server's --max-model-len")
+                            context_flag="the server's --max-model-len",
+                            image_bounds=(self.images.max_side, self.images.max_pixels))
 
     def count_prompt_tokens(self, request: TurnRequest) -> int | None:
         """Prompt tokens of ``request`` from the server's ``POST /tokenize`` (vLLM), or None.
@@ -550,16 +657,21 @@ class OpenAIChatModel(ApiChatModel):
             return None
         httpx2 = require("httpx2", "openai", f"the {self.provider} provider")
         root = re.sub(r"/v1/?$", "", self.base_url.rstrip("/"))
-        body = {"model": self.api_model, "add_generation_prompt": True,
-                "messages": build_messages(request, self.images, self.image_detail)}
+        body: dict[str, Any] = {"model": self.api_model, "add_generation_prompt": True,
+                                "messages": build_messages(request, self.images,
+                                                           self.image_detail)}
+        template_kwargs = self.request_params().get("chat_template_kwargs")
+        if template_kwargs:  # --no-thinking changes the rendered prompt
+            body["chat_template_kwargs"] = template_kwargs
         try:
             response = httpx2.post(f"{root}/tokenize", json=body, timeout=self.timeout_s,
                                    headers={"Authorization": f"Bearer {self._api_key}"})
             count = response.json().get("count") if response.status_code == 200 else None
         except (httpx2.HTTPError, ValueError, AttributeError):
             count = None
-        self._tokenize_supported = isinstance(count, int)
-        return int(count) if isinstance(count, int) else None
+        valid = isinstance(count, int) and not isinstance(count, bool) and count > 0
+        self._tokenize_supported = valid
+        return int(count) if valid else None
 
     # -- lifecycle ------------------------------------------------------------------------
     async def aclose(self) -> None:
@@ -574,16 +686,26 @@ class OpenAIChatModel(ApiChatModel):
             self._client = None
 
 
+def _count(block: Any, key: str) -> int:
+    """A token count of a usage block; 0 when absent or not a whole number >= 0."""
+    value = block.get(key) if isinstance(block, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return 0
+    return max(int(value), 0)
+
+
 def _usage(usage: Any) -> Usage:
-    """OpenAI usage JSON -> :class:`Usage` (reasoning tokens are part of ``completion_tokens``)."""
+    """OpenAI usage JSON -> :class:`Usage` (reasoning tokens are part of ``completion_tokens``).
+
+    Counts that are missing or malformed (strings, negatives) are 0: usage never stops a run.
+    """
     if not isinstance(usage, dict):
         return Usage()
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    return Usage(input_tokens=int(usage.get("prompt_tokens") or 0),
-                 cached_input_tokens=int(prompt_details.get("cached_tokens") or 0),
-                 output_tokens=int(usage.get("completion_tokens") or 0),
-                 thinking_tokens=int(completion_details.get("reasoning_tokens") or 0))
+    return Usage(input_tokens=_count(usage, "prompt_tokens"),
+                 cached_input_tokens=_count(usage.get("prompt_tokens_details"), "cached_tokens"),
+                 output_tokens=_count(usage, "completion_tokens"),
+                 thinking_tokens=_count(usage.get("completion_tokens_details"),
+                                        "reasoning_tokens"))
 
 
 class AzureOpenAIChatModel(OpenAIChatModel):

@@ -300,8 +300,9 @@ class Retrier:
         if failure.kind == "fatal":
             raise ProviderError(
                 f"{self.provider}: request {request_id or '?'} failed: {failure.message}. "
-                f"This is not retried; the run stopped and nothing was recorded for this "
-                f"turn (recorded turns are kept; re-run the same command to resume).") from None
+                f"This is not retried: the run stopped and nothing was recorded for this "
+                f"turn (recorded turns are kept; once the cause is fixed, re-running the "
+                f"command resumes).") from None
         if failure.kind == "request":
             raise RequestFailed(failure, attempt, exhausted=False) from None
         self.stats.by_status[failure.status_code] = \

@@ -32,6 +32,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from utils.llm._images import bounded_size
+
+__all__ = ["ImageRule", "bounded_size", "context_from_config", "rule_for_model", "text_tokens"]
+
 #: Characters per text token when no tokenizer is at hand (English prose in byte-level BPE
 #: vocabularies is ~4; 3 leaves room for numbers and option lists).
 CHARS_PER_TOKEN = 3.0

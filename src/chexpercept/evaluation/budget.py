@@ -28,6 +28,7 @@ from utils.llm.tokens import (
     TOKENS_PER_IMAGE_MARKUP,
     TOKENS_PER_MESSAGE,
     ImageRule,
+    bounded_size,
     text_tokens,
 )
 
@@ -78,7 +79,7 @@ def _image_size(path: Path, cache: dict[Path, tuple[int, int]]) -> tuple[int, in
         try:
             with Image.open(path) as img:
                 cache[path] = img.size
-        except OSError as exc:
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise ConfigError(f"{path}: cannot read the image's size ({exc})") from None
     return cache[path]
 
@@ -89,7 +90,8 @@ def estimate_prompt_tokens(request: TurnRequest, limits: PromptLimits,
 
     Args:
         request: The request.
-        limits: Supplies ``image_rule`` (None: generic) and ``tokenizer_file``.
+        limits: Supplies ``image_rule`` (None: generic), ``tokenizer_file`` and the
+            ``image_bounds`` images are downscaled to before sending.
         sizes: Cache of image sizes by path (filled as images are read).
 
     Returns:
@@ -105,7 +107,8 @@ def estimate_prompt_tokens(request: TurnRequest, limits: PromptLimits,
     for message in request.messages:
         total += text_tokens(message.text, limits.tokenizer_file) + TOKENS_PER_MESSAGE
         for path in message.images:
-            total += rule.tokens(*_image_size(Path(path), cache)) + TOKENS_PER_IMAGE_MARKUP
+            width, height = bounded_size(*_image_size(Path(path), cache), *limits.image_bounds)
+            total += rule.tokens(width, height) + TOKENS_PER_IMAGE_MARKUP
     return total
 
 
