@@ -2,8 +2,8 @@
 
 Needs the engine venv (``bash scripts/setup_engine_env.sh``; run with
 ``.venv-engine/bin/python``). Builds the tiny random Qwen2-VL (``tests/llm/tiny_vlm.py``, size
-``gpu``), writes a generated bundle of ``--cases`` cases (revision-required / revision-free /
-lesion-free over three lesions, random ``--image-size`` images), starts
+``gpu``), writes the generated bundle of ``gpu_stage_batching.py`` (``--cases`` cases over every
+path, random ``--image-size`` images), starts
 ``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 (vLLM's dev mode on, so its prefix
 cache can be reset between runs), then:
 
@@ -35,9 +35,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-from PIL import Image
-
 from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
@@ -45,9 +42,6 @@ from utils.llm.base import TurnRequest
 from utils.llm.openai_provider import OpenAIChatModel
 
 ROOT = io.repo_root()
-LESION_PATHS = (("effusion", "revision_required"), ("opacity", "revision_free"),
-                ("cardiomegaly", "lesion_free"), ("opacity", "revision_required"),
-                ("cardiomegaly", "revision_free"), ("effusion", "lesion_free"))
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -70,23 +64,6 @@ class RecordingModel(OpenAIChatModel):
         body = super()._post_body(request)
         self.bodies.append(body["content"])
         return body
-
-
-def write_bundle(root: Path, n_cases: int, size: int, seed: int) -> Path:
-    """A generated bundle of ``n_cases`` cases with per-case random RGB images."""
-    bundle_mod = _load("_bench_server_bundle", ROOT / "tests" / "evaluation" / "stage03_bundle.py")
-    cases = {}
-    for i in range(n_cases):
-        lesion, path = LESION_PATHS[i % len(LESION_PATHS)]
-        kind = "negative" if path == "lesion_free" else "positive"
-        cases[f"{lesion}_s{70000000 + i}_{kind}_0"] = path
-    bundle_mod.write_bundle(root, cases=cases)
-    for i, (key_id, item) in enumerate(bundle_mod.load_items(root).items()):
-        rng = np.random.default_rng([seed, i])
-        for rel in bundle_mod.image_relpaths(key_id, item):
-            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / "chexpercept" / key_id / rel)
-    return root
 
 
 def _reset_prefix_cache(base_url: str) -> None:
@@ -145,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_vllm_server_") as tmp:
         work = Path(tmp)
         model_dir = helpers.build_model(work / "tiny")
-        bench = write_bundle(work / "bench", args.cases, args.image_size, args.seed)
+        batching = _load("_bench_gpu_stage_batching", ROOT / "benchmarks" / "gpu_stage_batching.py")
+        bench = batching.write_benchmark(work / "bench", args.cases, args.seed, args.image_size)
         server = helpers.VllmServer(model_dir, work / "server.log", max_model_len=8192)
         started = time.perf_counter()
         server.start()

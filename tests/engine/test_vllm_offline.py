@@ -17,7 +17,7 @@ import pytest
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.budget import check_budget, estimate_prompt_tokens, last_request
-from utils.errors import ConfigError
+from utils.errors import ConfigError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import ChatModel, Completion, Message, TurnRequest
 
@@ -143,14 +143,20 @@ def test_token_budget_estimate_brackets_the_engine_count(world):
     assert actual <= estimate <= actual * 1.2 + 16
 
 
-def test_a_prompt_over_the_context_fails_alone_in_its_batch(world):
+def test_a_dialogue_over_the_context_fails_alone_a_first_turn_stops_the_run(world):
     model = world["model"]
-    ok = TurnRequest((Message("system", "sys"), Message("user", "Is there effusion?")))
-    too_long = TurnRequest((Message("system", "sys"), Message("user", "effusion " * 5000)))
+    history = (Message("system", "sys"), Message("user", "Is there effusion?"),
+               Message("assistant", "Answer: 1"))
+    ok = TurnRequest(history + (Message("user", "Does the mask need a revision?"),))
+    too_long = TurnRequest(history + (Message("user", "effusion " * 5000),))
     out = model.generate([ok, too_long, ok])
     assert out[1].status == "error" and {out[0].status, out[2].status} <= {"ok", "truncated"}
     assert "maximum context length is 4096" in out[1].error
+    assert "outgrew the model's context" in out[1].error
     assert out[0].text == out[2].text
+    first = TurnRequest((Message("system", "sys"), Message("user", "effusion " * 5000)))
+    with pytest.raises(ProviderError, match="even before any answer"):
+        model.generate([first])
 
 
 def test_image_limit_and_context_are_checked_before_the_engine_loads(world, caplog):

@@ -170,13 +170,18 @@ def test_auth_and_bad_request_fail_fast(png, code):
     assert hint in str(info.value)
 
 
-def test_a_request_over_the_context_stops_the_run(png):
-    fake = Fake((400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
-                                 "The input token count (1200000) exceeds the maximum number "
-                                 "of tokens allowed (1048576)."}}))
+def test_context_overflow_first_turn_stops_later_turn_is_the_turns_error(png):
+    too_long = (400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
+                                "The input token count (1200000) exceeds the maximum number "
+                                "of tokens allowed (1048576)."}})
+    fake = Fake(too_long, too_long)
+    first = TurnRequest((Message("system", "s"), Message("user", "first?", (png,))),
+                        request_id="case/first")
     with pytest.raises(ProviderError, match="does not fit the model's context"):
-        _model(fake).generate([_request(png)])
-    assert len(fake.seen) == 1
+        _model(fake).generate([first])
+    later = _model(fake).generate([_request(png)])[0]  # the history made it too long
+    assert later.status == "error" and "outgrew the model's context" in later.error
+    assert len(fake.seen) == 2
 
 
 def test_missing_credentials_name_env_and_yaml_keys(tmp_path):

@@ -203,14 +203,20 @@ def test_exhausted_quota_is_not_retried_and_names_billing(server, png):
                                      "However, you requested 8192 output tokens and your "
                                      "prompt contains at least 61 input tokens"},
 ])
-def test_context_overflow_stops_the_run_naming_the_flags(server, png, push):
-    server.push(push)
+def test_context_overflow_first_turn_stops_later_turn_is_the_turns_error(server, png, push):
+    """No dialogue fits when a first turn does not; a dialogue that outgrew it is an outcome."""
+    server.push(push, push)
+    first = TurnRequest((Message("system", "s"), Message("user", "first?", (png,))),
+                        request_id="case/first")
     with pytest.raises(ProviderError) as info:
-        _model(server, max_new_tokens=8192).generate([_request(png)])
+        _model(server, max_new_tokens=8192).generate([first])
     text = str(info.value)
     assert "does not fit the model's context" in text and "8192 new tokens" in text
     assert "--max-new-tokens" in text and "--max-model-len" in text
-    assert "API key" not in text and len(server.chat_requests()) == 1
+    assert "API key" not in text and "nothing was recorded" in text
+    later = _model(server, max_new_tokens=8192).generate([_request(png)])[0]
+    assert later.status == "error" and "outgrew the model's context" in later.error
+    assert len(server.chat_requests()) == 2
 
 
 def test_sync_generate_runs_requests_concurrently_within_the_bound(server, png):

@@ -460,3 +460,12 @@ def test_tokenize_counts_that_are_not_positive_integers_are_not_trusted(monkeypa
         model._tokenize_supported = None
         monkeypatch.setattr(httpx2, "post", lambda *a, bad=bad, **k: Answer(bad))
         assert model.count_prompt_tokens(TurnRequest(())) is None
+
+
+def test_a_base_url_without_v1_is_named_with_the_fix(monkeypatch):
+    model = OpenAIChatModel("srv", base_url="http://127.0.0.1:9", env={})
+    answers = {"http://127.0.0.1:9/models": (404, None),
+               "http://127.0.0.1:9/v1/models": (200, {"data": [{"id": "srv"}]})}
+    monkeypatch.setattr(model, "_get_json", lambda url, timeout_s: answers[url])
+    with pytest.raises(ProviderError, match=r"use --base-url http://127.0.0.1:9/v1"):
+        model.preflight()

@@ -23,7 +23,7 @@ from local_provider_helpers import (
     write_marked_bundle,
 )
 
-from utils.errors import ConfigError, MissingDependencyError
+from utils.errors import ConfigError, MissingDependencyError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import Message, TurnRequest
 from utils.llm.vllm_provider import default_tensor_parallel_size, visible_gpu_count
@@ -156,11 +156,21 @@ def test_rejected_conversation_is_isolated_as_error(stub, model_dir, tmp_path):
     image = tmp_path / "x.png"
     vllm_stub.Image.new("RGB", (4, 4), (40, 40, 40)).save(image)
     model = create_model("opensource", "huatuo", model_path=str(model_dir), max_model_len=50)
-    requests = [_request("ok", [image]), _request("x" * 400, [image]), _request("fine", [image])]
+
+    def later(text):  # a later turn: the history is in the request
+        first = _request("first", [image])
+        return TurnRequest(first.messages + (Message("assistant", "Answer: 1"),
+                                             Message("user", text)), request_id="r2")
+
+    requests = [later("ok"), later("x" * 400), later("fine")]
     out = model.generate(requests)
     assert [c.status for c in out] == ["ok", "error", "ok"]
     assert "longer than the maximum model length" in out[1].error
+    assert "outgrew the model's context" in out[1].error
     assert out[0].text.startswith("I see case 40")
+    # a first turn that cannot fit: no dialogue can, the run stops
+    with pytest.raises(ProviderError, match="even before any answer"):
+        model.generate([_request("ok", [image]), _request("x" * 400, [image])])
 
 
 def test_unreadable_image_is_an_error_completion(stub, model_dir, tmp_path):

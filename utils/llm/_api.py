@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from utils.errors import ConfigError
+from utils.errors import ConfigError, ProviderError
 from utils.llm import _images
 from utils.llm.base import ChatModel, Completion, TurnRequest
 from utils.llm.retry import Failure, RequestFailed, Retrier, RetryPolicy
@@ -225,9 +225,24 @@ class ApiChatModel(ChatModel):
         return response
 
     # -- shared behaviour -----------------------------------------------------------------
-    def _failed(self, exc: RequestFailed, started: float) -> Completion:
+    def _failed(self, exc: RequestFailed, started: float, request: TurnRequest) -> Completion:
+        """The recorded completion of a ``request`` failure.
+
+        Raises:
+            ProviderError: For a context overflow of a request without history (a case's first
+                turn): no dialogue can fit, so the run stops (docs/engines.md, "Faults").
+        """
+        if exc.failure.context_overflow and \
+                not any(m.role == "assistant" for m in request.messages):
+            raise ProviderError(f"{self.provider}: request {request.request_id or '?'} failed: "
+                                f"{exc.failure.message}. The run stopped; nothing was "
+                                f"recorded for this turn.") from None
+        error = str(exc)
+        if exc.failure.context_overflow:
+            error = (f"the dialogue outgrew the model's context (the model's earlier answers "
+                     f"are in it; scored as this turn's error): {error}")
         return Completion(text="", status=exc.failure.completion_status,
-                          error=str(exc), attempts=exc.attempts,
+                          error=error, attempts=exc.attempts,
                           latency_s=time.perf_counter() - started)
 
     def _finish(self, response: Any, attempts: int, started: float) -> Completion:
@@ -243,7 +258,7 @@ class ApiChatModel(ChatModel):
             response, attempts = self.retrier.call(lambda: self._attempt(request),
                                                    request_id=request.request_id)
         except RequestFailed as exc:
-            return self._failed(exc, started)
+            return self._failed(exc, started, request)
         return self._finish(response, attempts, started)
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
@@ -275,7 +290,7 @@ class ApiChatModel(ChatModel):
             response, attempts = await self.retrier.acall(lambda: self._aattempt(request),
                                                           request_id=request.request_id)
         except RequestFailed as exc:
-            return self._failed(exc, started)
+            return self._failed(exc, started, request)
         return self._finish(response, attempts, started)
 
 

@@ -303,9 +303,9 @@ class GeminiChatModel(ApiChatModel):
                 retry_after = _retry_delay_from_body(getattr(exc, "details", None))
             return Failure("retryable", message, code, retry_after_s=retry_after)
         if code == 400 and "token" in message.lower() and "exceed" in message.lower():
-            return Failure("fatal", f"{message}. The request does not fit the model's context: "
-                                    f"lower --max-new-tokens or bound the images "
-                                    f"(--max-image-side)", code)
+            return Failure("request", f"{message}. The request does not fit the model's "
+                                      f"context: lower --max-new-tokens or bound the images "
+                                      f"(--max-image-side)", code, context_overflow=True)
         if status_kind(code) == "fatal":
             hint = {401: "Check GEMINI_API_KEY / GOOGLE_API_KEY or the Vertex credentials",
                     403: "Check the key's or the Vertex project's permissions",

@@ -517,7 +517,8 @@ class OpenAIChatModel(ApiChatModel):
         text = re.sub(rf"^Error code: {code} - ", "", text)  # the SDK's prefix; we say HTTP N
         message = redact(f"HTTP {code}: {text}", secrets)[:500]
         if code in (400, 413, 422) and (err_code in _CONTEXT_CODES or _CONTEXT_TEXT.search(text)):
-            return Failure("fatal", self._context_message(message), code)
+            return Failure("request", self._context_message(message), code,
+                           context_overflow=True)
         if code == 429 and err_code in _QUOTA_CODES:
             return Failure("fatal", f"{message}. The API key's quota or billing is exhausted: "
                                     f"retrying cannot help; add credit or use another key",
@@ -538,9 +539,9 @@ class OpenAIChatModel(ApiChatModel):
         return (f"the request does not fit the model's context ({message}). {limit} request "
                 f"asks for up to {self.max_output_tokens} new tokens (--max-new-tokens) on top "
                 f"of the prompt: lower --max-new-tokens, bound the images (--max-image-side), "
-                f"or serve the model with a longer context (vLLM --max-model-len). A different "
-                f"--max-new-tokens or image bound is a different run: add --overwrite or use "
-                f"another --output-path")
+                f"or serve the model with a longer context (vLLM --max-model-len); a different "
+                f"--max-new-tokens or image bound is a different run (add --overwrite or use "
+                f"another --output-path)")
 
     def _fatal_hint(self, code: int) -> str:
         if code in (401, 403):
@@ -615,6 +616,13 @@ class OpenAIChatModel(ApiChatModel):
                             self.server_label, why, waited, self.server_wait_s)
                 last_log = time.monotonic()
             time.sleep(SERVER_POLL_S)
+        if status == 404 and not self.base_url.endswith("/v1"):
+            probe, _ = self._get_json(self.base_url + "/v1/models", 10.0)
+            if probe == 200:
+                raise ProviderError(
+                    f"the server at {self.server_label} has no GET /models, but "
+                    f"{self.server_label}/v1/models answers: OpenAI-compatible servers serve "
+                    f"the API under /v1; use --base-url {self.server_label}/v1")
         entries = data.get("data") if status == 200 and isinstance(data, dict) else None
         if not isinstance(entries, list):
             logger.warning("the server at %s answered GET /models with %s, not a model list: "

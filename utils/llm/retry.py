@@ -17,8 +17,10 @@ google-genai), so every attempt goes through here and is counted (harness_anchor
 - ``fatal`` (401/403 auth, 400/404/422 bad request, a request longer than the context): raise
   :class:`~utils.errors.ProviderError` at once; every other request of the run would fail the
   same way, so the run stops;
-- ``request`` (this request alone can never succeed: a content filter): no retry, the turn is
-  recorded with a status (``error`` / ``refused``).
+- ``request`` (this request alone can never succeed: a content filter, a dialogue that has
+  outgrown the model's context): no retry, the turn is recorded with a status (``error`` /
+  ``refused``). A context overflow on a case's first turn, which has no history yet, means the
+  settings cannot work: the provider stops the run instead (docs/engines.md, "Faults").
 
 A request sleeping in backoff is not in flight: when the async runner has bound the task to an
 :class:`InFlightSlot` (:data:`CURRENT_SLOT`), the slot is handed back for the sleep and taken
@@ -89,8 +91,11 @@ class Failure:
         message: Short text for the record and the log (secrets already removed).
         status_code: HTTP status, or None for connection errors and timeouts.
         retry_after_s: The server's ``Retry-After`` in seconds, or None.
-        completion_status: Status recorded for a ``request`` failure or exhausted retries
-            (``error`` or ``refused``).
+        completion_status: Status recorded for a ``request`` failure (``error`` or
+            ``refused``).
+        context_overflow: A ``request`` failure because the prompt does not fit the model's
+            context; the provider decides whether it stops the run (a case's first turn: the
+            settings cannot work) or is the turn's outcome (a dialogue that outgrew the context).
     """
 
     kind: FailureKind
@@ -98,6 +103,7 @@ class Failure:
     status_code: int | None = None
     retry_after_s: float | None = None
     completion_status: str = "error"
+    context_overflow: bool = False
 
 
 class RetriesExhausted(ProviderError):

@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,33 @@ def default_tensor_parallel_size(visible: int, gpu_num: int | None) -> int:
 
 def _error(message: str) -> Completion:
     return Completion(text="", status="error", error=message)
+
+
+#: How vLLM words "the prompt is longer than the context".
+_CONTEXT_REJECTION = re.compile(r"maximum (context|model) length|longer than the maximum",
+                                re.IGNORECASE)
+
+
+def _context_rule(request: TurnRequest, completion: Completion) -> Completion:
+    """Apply the context-overflow rule of docs/engines.md ("Faults") to a rejected request.
+
+    A case's first turn (no earlier answer in the request) that does not fit means no dialogue
+    can: the run stops. Later, a dialogue that outgrew the context (the model's earlier answers
+    are in it) is that turn's recorded error.
+
+    Raises:
+        ProviderError: For a context overflow of a request without history.
+    """
+    if completion.status != "error" or not _CONTEXT_REJECTION.search(completion.error or ""):
+        return completion
+    if not any(m.role == "assistant" for m in request.messages):
+        raise ProviderError(
+            f"opensource: request {request.request_id or '?'} does not fit the model's context "
+            f"even before any answer ({completion.error}): lower --max-new-tokens or raise "
+            f"--max-model-len. The run stopped; nothing was recorded for this turn.")
+    completion.error = (f"the dialogue outgrew the model's context (the model's earlier answers "
+                        f"are in it; scored as this turn's error): {completion.error}")
+    return completion
 
 
 class VLLMChatModel(ChatModel):
@@ -402,7 +430,7 @@ class VLLMChatModel(ChatModel):
                 completions[i] = _error(str(exc))
         if conversations:
             for i, completion in zip(positions, self._run(conversations), strict=True):
-                completions[i] = completion
+                completions[i] = _context_rule(requests[i], completion)
         return [c if c is not None else _error("no completion") for c in completions]
 
     # --------------------------------------------------------- asynchronous engine
@@ -459,15 +487,18 @@ class VLLMChatModel(ChatModel):
                 final = output
         except self._rejections() as exc:
             logger.warning("vLLM rejected a conversation: %s", exc)
-            return _error(f"vLLM rejected the request: {exc}")
+            return _context_rule(request, _error(f"vLLM rejected the request: {exc}"))
         if final is None:
             return _error("vLLM returned no output for the request")
         return self._completion(final, time.perf_counter() - started)
 
     def _shutdown_async(self) -> None:
-        if self._async_llm is not None:
-            self._async_llm.shutdown()
-            self._async_llm, self._async_loop = None, None
+        engine, self._async_llm, self._async_loop = self._async_llm, None, None
+        if engine is not None:
+            engine.shutdown()
+            # vLLM 0.32's AsyncLLM.__del__ calls shutdown() again; at interpreter exit its
+            # module globals are gone and it prints a TypeError traceback: once is enough
+            engine.shutdown = lambda timeout=None: None
 
     async def aclose(self) -> None:
         """Stop the asynchronous engine of this event loop (``engine="async"``)."""
