@@ -142,7 +142,6 @@ class ImageCache:
             self.nbytes -= self._items.popitem(last=False)[1][1]
         return value
 
-
     def describe(self) -> dict[str, Any]:
         """The image bounds, for the run manifest (empty when images are sent as stored)."""
         out: dict[str, Any] = {}

@@ -14,9 +14,9 @@ google-genai), so every attempt goes through here and is counted (harness_anchor
   switch off, likewise uses a server's wait instead of its computed backoff.) Adding the
   backoff on top of a short server wait held each faulted case ~0.5 s longer than asked;
   with 5 % faults that cost ~3 % of the throughput (benchmarks/bench_api_throughput.py);
-- ``fatal`` (401/403 auth, 400/404/422 bad request, a request longer than the context): raise
-  :class:`~utils.errors.ProviderError` at once; every other request of the run would fail the
-  same way, so the run stops;
+- ``fatal`` (401/403 auth, 400/404/422 bad request, an exhausted quota, any status that is
+  neither retryable nor an answer): raise :class:`~utils.errors.ProviderError` at once; every
+  other request of the run would fail the same way, so the run stops;
 - ``request`` (this request alone can never succeed: a content filter, a dialogue that has
   outgrown the model's context): no retry, the turn is recorded with a status (``error`` /
   ``refused``). A context overflow on a case's first turn, which has no history yet, means the
