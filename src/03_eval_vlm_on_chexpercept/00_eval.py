@@ -396,7 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = EvalSettings(provider=provider, model=model_name,
                             oracle_setting=args.oracle_setting, no_thinking=args.no_thinking,
                             seed=seed, save_every=args.save_every, part=args.part,
-                            total_parts=args.total_parts)
+                            total_parts=args.total_parts, limit=args.limit,
+                            per_path_limit=args.per_path_limit)
     try:
         if model.supports_async:  # API providers: per-case pipelines, no stage barrier
             default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \

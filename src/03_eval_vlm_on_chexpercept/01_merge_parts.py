@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level, None, progress=not args.no_progress)
     bundle = load_bundle(args.benchmark_dir)
     key_ids = select_key_ids(bundle, limit=args.limit, per_path_limit=args.per_path_limit)
-    merged = merge_parts(bundle, args.run_dir, args.total_parts, key_ids)
+    merged = merge_parts(bundle, args.run_dir, args.total_parts, key_ids,
+                         selection={"limit": args.limit, "per_path_limit": args.per_path_limit})
     path = write_merged(args.run_dir, merged)
     logger.info("merged %d part(s): %d case(s) (per part: %s); output: %s", args.total_parts,
                 len(merged.all_results), ", ".join(map(str, merged.cases_per_part)), path)

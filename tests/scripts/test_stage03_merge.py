@@ -78,14 +78,17 @@ def test_merge_names_the_missing_part_in_one_line(eval_main, merge_main, bench, 
     assert not io.all_results_path(run_dir).exists()
 
 
-def test_merge_with_the_parts_limit(eval_main, merge_main, bench, tmp_path):
+def test_merge_with_the_parts_limit(eval_main, merge_main, bench, tmp_path, capsys):
     out = tmp_path / "out"
     for part in range(2):
         assert run_main(eval_main, _eval(bench, out, "--limit", "3", "--part", str(part),
                                          "--total-parts", "2")) == 0
     run_dir = out / "random_baseline" / "oracle_none"
     argv = ["--run-dir", str(run_dir), "--total-parts", "2", "--benchmark-dir", str(bench)]
+    capsys.readouterr()
     assert run_main(merge_main, argv) == 2  # the other 4 cases were never run
+    assert ("the parts ran with --limit 3 but the merge was given no --limit/--per_path_limit"
+            in capsys.readouterr().err)
     assert run_main(merge_main, [*argv, "--limit", "3"]) == 0
     results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
     assert list(results) == list(stage03_bundle.CASES)[:3]
@@ -124,3 +127,20 @@ def test_plugin_provider_runs_in_a_folder_named_by_its_label(eval_main, bench, t
     assert all(r["detection_qa"]["correct"] for r in results.values())
     manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
     assert manifest["provider"] == "utils.llm.baselines:OracleModel"
+
+
+def test_merge_names_parts_run_with_different_limits(eval_main, merge_main, bench, tmp_path,
+                                                     capsys):
+    out = tmp_path / "out"
+    assert run_main(eval_main, _eval(bench, out, "--limit", "3", "--part", "0",
+                                     "--total-parts", "2")) == 0
+    assert run_main(eval_main, _eval(bench, out, "--per_path_limit", "1", "--part", "1",
+                                     "--total-parts", "2")) == 0
+    run_dir = out / "random_baseline" / "oracle_none"
+    capsys.readouterr()
+    assert run_main(merge_main, ["--run-dir", str(run_dir), "--total-parts", "2",
+                                 "--benchmark-dir", str(bench), "--limit", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "part 0 ran with --limit 3; part 1 ran with --per_path_limit 1" in err
+    manifest = json.loads((run_dir / "part_0_of_2" / "run_manifest.json").read_text("utf-8"))
+    assert manifest["selection"] == {"limit": 3, "per_path_limit": None}

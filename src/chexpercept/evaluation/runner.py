@@ -52,6 +52,9 @@ IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
                    "sharding")
 
+#: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
+SELECTION_FIELD = "selection"
+
 _MANIFEST_PACKAGES = ("chexpercept", "numpy", "pillow", "pydantic", "vllm", "transformers",
                       "torch", "openai", "google-genai")
 
@@ -70,6 +73,9 @@ class EvalSettings:
         system_prompt: System message of every request.
         part: Part index of a sharded run (``--part``; ``sharding.py``), None when unsharded.
         total_parts: Number of parts of a sharded run (``--total-parts``).
+        limit: ``--limit`` of the command (recorded, not compared on resume: a larger limit
+            extends a run), or None.
+        per_path_limit: ``--per_path_limit`` of the command, likewise.
     """
 
     provider: str
@@ -81,6 +87,8 @@ class EvalSettings:
     system_prompt: str = SYSTEM_PROMPT
     part: int | None = None
     total_parts: int = 1
+    limit: int | None = None
+    per_path_limit: int | None = None
 
 
 @dataclass
@@ -152,7 +160,10 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         "protocol_version": PROTOCOL_VERSION,
         # Only sharded runs have it (sharding.py); an identity field, so a part folder is never
         # resumed as another part or as an unsharded run.
-        **({"sharding": {"part": settings.part, "total_parts": settings.total_parts}}
+        **({"sharding": {"part": settings.part, "total_parts": settings.total_parts},
+            # which cases the part selected: a merge names parts run with other limits
+            SELECTION_FIELD: {"limit": settings.limit,
+                              "per_path_limit": settings.per_path_limit}}
            if settings.part is not None else {}),
         "benchmark_dir": str(bundle.layout.root),
         **io.git_state(io.repo_root()),

@@ -11,6 +11,7 @@ combined ``all_results.json`` (benchmark order) and manifest.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from typing import Any
 from chexpercept import io, schema
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import Bundle, plan_cases
-from chexpercept.evaluation.runner import IDENTITY_FIELDS
+from chexpercept.evaluation.runner import IDENTITY_FIELDS, SELECTION_FIELD
 from chexpercept.rng import stable_hash
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,8 @@ def _part_env(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
-                key_ids: Sequence[str] | None = None) -> MergedRun:
+                key_ids: Sequence[str] | None = None,
+                selection: dict[str, int | None] | None = None) -> MergedRun:
     """Check the parts of a sharded run and combine them.
 
     Checks, collecting every problem before raising once:
@@ -132,6 +134,8 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
         total_parts: Number of parts the run was split into.
         key_ids: Cases that must be complete (the parts' ``--limit``/``--per_path_limit``
             selection); None means every case of the benchmark.
+        selection: The merge's own ``{"limit": ..., "per_path_limit": ...}``, compared with
+            what the parts recorded (a difference is named); None skips the comparison.
 
     Returns:
         The merged results and manifest. Every finished case of every part is included.
@@ -175,6 +179,17 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
                         f"{reference.get('benchmark_json_sha256')}) than {bundle.layout.json_path} "
                         f"(sha256 {bundle.json_sha256}); pass the --benchmark-dir the parts "
                         f"used")
+    selections = {part: m.get(SELECTION_FIELD) for part, m in manifests.items()
+                  if m.get(SELECTION_FIELD) is not None}  # parts of earlier versions lack it
+    if len({json.dumps(v, sort_keys=True) for v in selections.values()}) > 1:
+        problems.append("the parts selected different cases: " + "; ".join(
+            f"part {p} ran with {_selection_flags(v)}" for p, v in sorted(selections.items()))
+            + "; run every part with the same --limit/--per_path_limit")
+    elif selections and selection is not None:
+        ran = next(iter(selections.values()))
+        if _selection_flags(ran) != _selection_flags(selection):
+            problems.append(f"the parts ran with {_selection_flags(ran)} but the merge was "
+                            f"given {_selection_flags(selection)}; pass the same to the merge")
     warnings = []
     for part, manifest in manifests.items():
         diffs = [f"'{k}' (part {first_part}: {reference.get(k)!r}, part {part}: "
@@ -249,6 +264,15 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     for warning in warnings:
         logger.warning("%s", warning)
     return MergedRun(merged, manifest, counts, warnings)
+
+
+def _selection_flags(selection: Any) -> str:
+    """A part's recorded selection as the flags that made it."""
+    if not isinstance(selection, dict):
+        return "an unknown selection"
+    flags = [f"--{name} {selection[name]}" for name in ("limit", "per_path_limit")
+             if selection.get(name) is not None]
+    return " ".join(flags) or "no --limit/--per_path_limit"
 
 
 def write_merged(run_dir: str | Path, merged: MergedRun) -> Path:
