@@ -24,3 +24,10 @@ class MissingDependencyError(ChexperceptError):
 
 class ProviderError(ChexperceptError):
     """A model provider failed in a way that retrying will not fix (auth, bad request)."""
+
+
+class InputError(ChexperceptError):
+    """A required input (file, image, mask, CSV row) is missing or unusable.
+
+    It lives here because :mod:`utils.imaging` raises it; ``chexpercept.errors`` re-exports it.
+    """

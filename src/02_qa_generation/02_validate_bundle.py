@@ -6,7 +6,9 @@ when present, ``<benchmark-dir>/sampling_summary.json``; writes nothing. Runs th
 schema, images present / readable / the CXR's size, option counts equal to the listed options
 and the rendered images, answer indices in range and consistent, point options inside the image
 frame, no answer-revealing file names (an error for our bundles, a warning for the released
-one), path counts. Prints the stats table (cases, CXRs and QA items per lesion, path and stage).
+one), path counts; images the loader converts before a model sees them (16-bit, palette,
+alpha, CMYK, EXIF orientation) are warnings, one per file with the reason (docs/images.md,
+"Image loading"). Prints the stats table (cases, CXRs and QA items per lesion, path and stage).
 Exit 0 when the bundle is valid (warnings are logged), 2 listing every problem otherwise.
 No config is read: the bundle is self-contained.
 """
@@ -56,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check, items = validate_benchmark_dir(benchmark_dir, strict_names=NAME_RULES[args.names])
     check.log_warnings()
     print(format_stats_table(stats_rows(items)))
-    logger.info("bundle valid: %d case(s), %d image(s) checked, %d warning(s); names rule: %s "
-                "-> %s", len(check.cases), check.images, len(check.warnings),
+    logger.info("bundle valid: %d case(s), %d image(s) checked (%d need conversion), %d "
+                "warning(s); names rule: %s -> %s", len(check.cases), check.images,
+                len(check.conversions), len(check.warnings),
                 "strict" if check.strict_names else "release", benchmark_dir)
     return 0
 

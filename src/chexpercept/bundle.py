@@ -8,7 +8,9 @@ size of the case's CXR, option counts equal to the listed options and to the ren
 images, answer indices in range and consistent with the answer text and the ``true`` option,
 point options inside the working frame, no answer-revealing file names (an error for bundles
 this code wrote, a warning for the released one, spec section 1.9 of paper_notes.md), and path
-counts (questions per path; ``sampling_summary.json`` agrees with the JSON).
+counts (questions per path; ``sampling_summary.json`` agrees with the JSON). Images the one
+loader converts before a model sees them (16-bit, palette, alpha, CMYK, EXIF orientation) are
+warnings, not errors (docs/images.md, "Image loading").
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from chexpercept.errors import InputError, SchemaError
 from chexpercept.io import WORK_SIZE, BenchmarkLayout, read_json
 from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS
 from chexpercept.schema import BenchmarkItem, PointOption, load_benchmark, qa_path_of
+from utils.imaging import ImageHeader, inspect_image
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +167,12 @@ class BundleCheck:
         root: The benchmark folder.
         strict_names: Whether answer-revealing names were errors (our bundle).
         problems: Errors, each ``<key_id>: <what> (<path>)``.
-        warnings: Findings that do not stop a run (released-bundle naming, image sizes).
+        warnings: Findings that do not stop a run (released-bundle naming, images that
+            need conversion).
         cases: key_ids checked.
         images: Number of distinct images opened.
+        conversions: Image file -> why the loader converts it before a model sees it
+            (:func:`utils.imaging.needs_conversion`; docs/images.md, "Image loading").
     """
 
     root: Path
@@ -175,6 +181,7 @@ class BundleCheck:
     warnings: list[str] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)
     images: int = 0
+    conversions: dict[Path, str] = field(default_factory=dict)
 
     def raise_for_problems(self, context: str = "") -> None:
         """Raise one SchemaError listing every problem (nothing if there is none).
@@ -375,26 +382,31 @@ def _structure_problems(key_id: str, item: BenchmarkItem) -> list[str]:
 SENDABLE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")
 
 
-def _image_info(path: Path) -> tuple[str | None, tuple[int, int] | None]:
-    """(problem, (width, height)) of one image file.
+def _image_info(path: Path) -> tuple[str | None, ImageHeader | None]:
+    """(problem, header) of one image file; the header is None when there is a problem.
 
     A problem is a missing file, a file that is not an image, an image too large for Pillow's
-    decompression-bomb guard, or a format outside :data:`SENDABLE_FORMATS`.
+    decompression-bomb guard, or a format outside :data:`SENDABLE_FORMATS`. The header's size
+    is the upright size a model is shown, and its ``reason`` says why the loader converts the
+    file (docs/images.md, "Image loading").
     """
     if not path.is_file():
         return "missing", None
     try:
         with Image.open(path) as im:
-            size, kind = im.size, im.format
+            kind = im.format
             im.verify()
+        header = inspect_image(path)
     except Image.DecompressionBombError as exc:
         return f"is too large to open safely ({exc})", None
     except (OSError, ValueError, SyntaxError) as exc:
         return f"cannot be opened as an image ({exc})", None
+    except InputError as exc:
+        return f"cannot be opened as an image ({exc.__cause__ or exc})", None
     if kind not in SENDABLE_FORMATS:
         return (f"is a {kind} image; models are sent {', '.join(SENDABLE_FORMATS)} only "
                 f"(convert it, e.g. to PNG)"), None
-    return None, size
+    return None, header
 
 
 def is_own_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem]) -> bool:
@@ -468,7 +480,11 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
 
     Errors vs warnings: answer-revealing names and answer-text mismatches are errors for our
     bundles (``strict_names``; auto-detected by :func:`is_own_bundle` when None) and
-    warnings for the released bundle; a CXR that is not 1024x1024 is only logged (debug).
+    warnings for the released bundle; a CXR that is not 1024x1024 is only logged (debug); an
+    image the loader converts before a model sees it (16-bit, palette, alpha, CMYK, EXIF
+    orientation; :func:`utils.imaging.needs_conversion`) is a warning, once per file, and is
+    listed in ``BundleCheck.conversions`` (docs/images.md, "Image loading"). Sizes are the
+    upright sizes a model is shown.
 
     Args:
         layout: The bundle's paths.
@@ -482,7 +498,7 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
     strict = is_own_bundle(layout, items) if strict_names is None else strict_names
     keys = list(items) if key_ids is None else list(key_ids)
     check = BundleCheck(root=layout.root, strict_names=strict)
-    opened: dict[Path, tuple[str | None, tuple[int, int] | None]] = {}
+    opened: dict[Path, tuple[str | None, ImageHeader | None]] = {}
     odd_sizes: list[str] = []
     for key_id in keys:
         item = items.get(key_id)
@@ -509,11 +525,12 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
             for image in q.images:
                 if image not in opened:
                     opened[image] = _image_info(image)
-                problem, size = opened[image]
-                if problem is not None:
+                    _note_conversion(check, key_id, q.name, image, opened[image][1])
+                problem, header = opened[image]
+                if problem is not None or header is None:
                     check.problems.append(f"{key_id}: {q.name} image {problem} ({image})")
                     continue
-                assert size is not None
+                size = header.size
                 if q.name == DETECTION:
                     cxr_size = size
                     if size != (WORK_SIZE, WORK_SIZE):
@@ -529,6 +546,17 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
                      "frame): %s", len(odd_sizes), WORK_SIZE, WORK_SIZE, ", ".join(odd_sizes[:5]))
     check.images = len(opened)
     return check
+
+
+def _note_conversion(check: BundleCheck, key_id: str, question: str, image: Path,
+                     header: ImageHeader | None) -> None:
+    """Warn once per file that the loader converts it (16-bit, palette, alpha, CMYK, EXIF)."""
+    if header is None or header.reason is None:
+        return
+    check.conversions[image] = header.reason
+    check.warnings.append(f"{key_id}: {question} image needs conversion ({header.reason}); "
+                          f"models are sent the loader's 8-bit PNG (docs/images.md, 'Image "
+                          f"loading') ({image})")
 
 
 def _name_problems(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout, strict: bool,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from utils.errors import (
     ChexperceptError,
     ConfigError,
+    InputError,
     MissingDependencyError,
     ProviderError,
 )
@@ -24,7 +25,3 @@ class SchemaError(ChexperceptError):
 
     The message names the file and the key_id / row / field at fault.
     """
-
-
-class InputError(ChexperceptError):
-    """A required input (file, image, mask, CSV row) is missing or unusable."""

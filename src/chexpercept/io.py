@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from chexpercept.errors import InputError, SchemaError
+from utils import imaging
 
 #: Side of the square working frame in pixels (spec section 0: all geometry at 1024x1024).
 WORK_SIZE = 1024
@@ -251,34 +252,48 @@ def write_mask(path: str | Path, mask: np.ndarray) -> None:
     write_png_atomic(path, np.where(np.asarray(mask) > 0, 255, 0).astype(np.uint8))
 
 
-def read_mask(path: str | Path, *, size: int | None = WORK_SIZE) -> np.ndarray:
+def read_mask(path: str | Path, *, size: int | None = WORK_SIZE,
+              resize: bool = False) -> np.ndarray:
     """Read a mask PNG as a boolean array in the working frame.
 
     Multi-channel masks (e.g. ROSALIA's 3-channel output) use channel 0. Foreground is any
-    value > 0 (spec section 4.3 reads masks as L and compares > 0). Masks of another size are
-    resized with nearest-neighbour interpolation.
+    value > 0 (spec section 4.3 reads masks as L and compares > 0). An EXIF orientation tag is
+    applied as for images (:func:`utils.imaging.orientation`), so a mask and its CXR stay
+    aligned. A mask of another size is an error unless ``resize`` is set: only a mask that
+    covers its whole image and has no recorded frame transform may be stretched to the frame
+    (docs/images.md, "Masks and images").
 
     Args:
         path: The PNG file.
-        size: Output side in pixels (default 1024); None keeps the file's size.
+        size: Expected side in pixels (default 1024); None keeps the file's size.
+        resize: Stretch a mask of another size to ``size`` x ``size`` (nearest neighbour)
+            instead of raising.
 
     Returns:
-        (size, size) bool.
+        (size, size) bool, or (H, W) bool when ``size`` is None.
 
     Raises:
-        InputError: If the file is missing or cannot be decoded.
+        InputError: If the file is missing or cannot be decoded, or (without ``resize``) is
+            not ``size`` x ``size`` (names the file and both sizes).
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"mask not found: {path}")
     try:
         with Image.open(path) as im:
+            turn = imaging.orientation(im)
             im.load()
             if im.mode not in ("L", "1", "P", "I", "I;16"):
                 im = im.getchannel(0)
             elif im.mode != "L":
                 im = im.convert("L")
+            im = imaging.upright(im, turn)
             if size is not None and im.size != (size, size):
+                if not resize:
+                    raise InputError(
+                        f"mask {path} is {im.width}x{im.height} pixels, expected {size}x{size} "
+                        f"(the working frame); masks are never resized to fit (docs/images.md, "
+                        f"'Masks and images'): write the mask in its image's frame")
                 im = im.resize((size, size), Image.NEAREST)
             arr = np.asarray(im)
     except (OSError, ValueError) as exc:
@@ -286,41 +301,58 @@ def read_mask(path: str | Path, *, size: int | None = WORK_SIZE) -> np.ndarray:
     return arr > 0
 
 
+def check_mask_shape(mask: np.ndarray, mask_path: str | Path, image_shape: Sequence[int],
+                     image_path: str | Path | None) -> None:
+    """Raise unless a mask has the shape of the image it is drawn on or compared with.
+
+    A mismatch is never resized away (docs/images.md, "Masks and images").
+
+    Args:
+        mask: (h, w) bool, as read from ``mask_path``.
+        mask_path: The mask file (named in the error).
+        image_shape: (H, W) of the image as the caller holds it.
+        image_path: The image file (named in the error); None names the working frame.
+
+    Raises:
+        InputError: Naming both files and both sizes.
+    """
+    h, w = np.shape(mask)[:2]
+    big_h, big_w = (int(v) for v in image_shape[:2])
+    if (h, w) == (big_h, big_w):
+        return
+    image = f"its image {image_path}" if image_path is not None else "its image"
+    raise InputError(f"mask {mask_path} is {w}x{h} pixels but {image} is {big_w}x{big_h} "
+                     f"(as read into the working frame); masks are never resized to fit "
+                     f"(docs/images.md, 'Masks and images'): regenerate the mask in the image's "
+                     f"frame")
+
+
 def read_cxr(path: str | Path, *, size: int | None = WORK_SIZE) -> np.ndarray:
     """Read a CXR image as 8-bit grayscale in the working frame.
 
-    RGB/RGBA images are converted to luminance; 16-bit images are rescaled to 8 bit by their
-    min/max. Images of another size are resized with bilinear interpolation (aspect ratio is
-    not kept: MIMIC-ILS masks are square, see data/sample_test/README.md).
+    Decoded by :func:`utils.imaging.load_image`, the loader every model path uses
+    (docs/images.md, "Image loading"): EXIF orientation applied, 16-bit / float rescaled by
+    their min..max, palette resolved, alpha flattened onto black; colour is then converted to
+    luminance (ITU-R 601-2, Pillow's ``L``). Images of another size are resized with bilinear
+    interpolation (aspect ratio is not kept: MIMIC-ILS masks are square, see
+    data/sample_test/README.md).
 
     Args:
         path: PNG or JPG file.
-        size: Output side in pixels (default 1024); None keeps the file's size.
+        size: Output side in pixels (default 1024); None keeps the file's (upright) size.
 
     Returns:
-        (size, size) uint8.
+        (size, size) uint8, or (H, W) uint8 when ``size`` is None.
 
     Raises:
         InputError: If the file is missing or cannot be decoded.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"image not found: {path}")
-    try:
-        with Image.open(path) as im:
-            im.load()
-            if im.mode in ("I", "I;16", "I;16B", "F"):
-                arr = np.asarray(im, dtype=np.float64)
-                lo, hi = float(arr.min()), float(arr.max())
-                arr = np.zeros_like(arr) if hi <= lo else (arr - lo) / (hi - lo) * 255.0
-                im = Image.fromarray(np.round(arr).astype(np.uint8))
-            elif im.mode != "L":
-                im = im.convert("RGB").convert("L")
-            if size is not None and im.size != (size, size):
-                im = im.resize((size, size), Image.BILINEAR)
-            return np.asarray(im).copy()
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read image {path}: {exc}") from None
+    im = imaging.load_image(Path(path))
+    if im.mode != "L":
+        im = im.convert("L")
+    if size is not None and im.size != (size, size):
+        im = im.resize((size, size), Image.BILINEAR)
+    return np.asarray(im).copy()
 
 
 # --------------------------------------------------------------------------------------

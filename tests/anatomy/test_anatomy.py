@@ -170,7 +170,7 @@ def test_provided_copies_resized_dedupes_and_resumes(tmp_path):
     with Image.open(out_chex / "d1" / "left_lung.png") as im:
         assert im.size == (N, N) and im.mode == "L"
     copied = read_mask(out_cxas / "d1" / "left lung.png")
-    assert (copied == read_mask(chex / "d1" / "left_lung.png")).all()
+    assert (copied == read_mask(chex / "d1" / "left_lung.png", resize=True)).all()
     again = prepare_provided_anatomy(["d1", "d2"], **kw)
     assert (again.processed, again.skipped_done) == (0, 2)
 

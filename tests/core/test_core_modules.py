@@ -78,14 +78,16 @@ def test_jsonl_ignores_truncated_last_line_only(tmp_path):
         io.read_jsonl(p)
 
 
-def test_read_mask_uses_channel0_and_resizes(tmp_path):
+def test_read_mask_uses_channel0_and_resizes_only_when_asked(tmp_path):
     rgb = np.zeros((512, 512, 3), np.uint8)
     rgb[100:200, 100:200, 0] = 255
     rgb[300:400, 300:400, 1] = 255  # other channel: ignored
     Image.fromarray(rgb).save(tmp_path / "m.png")
-    m = io.read_mask(tmp_path / "m.png")
+    m = io.read_mask(tmp_path / "m.png", resize=True)
     assert m.shape == (1024, 1024) and m.dtype == bool
     assert m[300, 300] and not m[700, 700]
+    with pytest.raises(InputError, match="is 512x512 pixels, expected 1024x1024"):
+        io.read_mask(tmp_path / "m.png")  # a mask that does not fit is never resized silently
 
 
 def test_read_cxr_handles_16bit_and_rgb(tmp_path):

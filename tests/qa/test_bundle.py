@@ -219,3 +219,18 @@ def test_leak_words():
     assert leaks_answer("option_2_mask_answer.png") and leaks_answer("option_1_mask_fake.png")
     assert leaks_answer("True-Mask.png") and leaks_answer("gt.png")
     assert not leaks_answer("option_3.png") and not leaks_answer("xray_with_mask_and_points.png")
+
+
+def test_images_that_need_conversion_are_reported_not_failed(bench):
+    cxr = bench / "chexpercept" / NEG / "detection_qa" / "xray.png"
+    with Image.open(cxr) as im:
+        gray = np.asarray(im.convert("L")).astype(np.uint16)
+    Image.fromarray(gray * 257).save(cxr)  # the same CXR as a 16-bit PNG
+    layout = BenchmarkLayout(bench)
+    check = check_bundle(layout, load_benchmark(layout.json_path))
+    assert check.problems == []
+    assert check.conversions == {cxr: "16-bit grayscale"}
+    lines = [w for w in check.warnings if "needs conversion" in w]
+    assert len(lines) == 1 and NEG in lines[0] and "16-bit grayscale" in lines[0]
+    assert str(cxr) in lines[0]
+    validate_benchmark_dir(bench)  # still valid

@@ -168,3 +168,16 @@ def test_missing_cxr_fails_case(tmp_path):
     task.cxr_path.unlink()
     outcome = process_case(task)
     assert outcome.status == "failed" and "image not found" in outcome.reason
+
+
+def test_a_mask_that_does_not_fit_the_cxr_fails_the_case_naming_both_files(tmp_path):
+    task = _task(tmp_path, no_deformation=True)
+    stem = task.deformed_mask_dir / "optimal_component_0.png"
+    small = read_mask(stem)[::2, ::2]  # the same mask at 512 x 512: never resized to fit
+    Image.fromarray(np.where(small, 255, 0).astype(np.uint8)).save(stem)
+    outcome = process_case(task)
+    assert outcome.status == "failed"
+    assert str(stem) in outcome.reason and str(task.cxr_path) in outcome.reason
+    assert "512x512" in outcome.reason and "1024x1024" in outcome.reason
+    with pytest.raises(InputError, match="is 4x4 pixels but the image is 1024x1024"):
+        overlay_mask(np.zeros((1024, 1024), np.uint8), np.zeros((4, 4), bool))

@@ -1,7 +1,9 @@
 """Stage 03 provider helpers: benchmark image files -> base64 data URLs or PIL images.
 
-The file bytes are sent as they are (no re-encoding), so the model sees exactly the pixels of the
-released bundle; the MIME type comes from the file's magic bytes, not its name.
+Every provider gets the pixels of the one loader, :func:`utils.imaging.load_image`
+(docs/images.md, "Image loading"). A file that needs no conversion is sent as its own bytes (no
+re-encoding), so the model sees exactly the pixels of the bundle; the MIME type comes from the
+file's magic bytes, not its name. Other files are sent as the loader's PNG.
 """
 
 from __future__ import annotations
@@ -69,54 +71,50 @@ def bounded_size(width: int, height: int, max_side: int | None,
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
-#: Pillow modes a PNG can store as they are (others are converted to RGB when downscaled).
-_PNG_MODES = ("1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA")
-
-
 def read_bounded(path: str | Path, max_side: int | None = None,
                  max_pixels: int | None = None) -> tuple[bytes, str]:
-    """The image's bytes and MIME type, downscaled when over a bound.
+    """The image's bytes and MIME type: the file itself, or the loader's pixels as PNG.
 
-    Within the bounds (or without any) the file's own bytes are returned, so the model sees
-    the bundle's pixels exactly. Over a bound the image is resized (Pillow: Lanczos for
-    grayscale and colour, nearest neighbour for palette and 1-bit images; the mode is kept,
-    so grayscale stays grayscale; CMYK and other modes PNG cannot hold become RGB) and sent as
-    PNG.
+    A file that needs no conversion (:func:`utils.imaging.needs_conversion`: 8-bit L or RGB,
+    upright) and is within the bounds (or without any) is sent as its own bytes, so the model
+    sees the bundle's pixels exactly and the request stays byte-identical. Any other file is
+    decoded by :func:`utils.imaging.load_image` (16-bit rescaled, palette, alpha, CMYK and EXIF
+    orientation resolved; docs/images.md, "Image loading"), resized with Lanczos when over a
+    bound (aspect ratio kept; the bound applies to the upright size), and sent as PNG.
 
     Raises:
-        ProviderError: If the file cannot be read or is not an image.
+        ProviderError: If the file cannot be read or is not an image (names the path).
     """
+    from PIL import Image
+
+    from utils.errors import InputError
+    from utils.imaging import encode_png, inspect_image, load_image
+
     data = read_image_bytes(path)
     mime = image_mime_type(data, path)
-    if not max_side and not max_pixels:
-        return data, mime
-    import io
-
-    from PIL import Image, UnidentifiedImageError
-
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            size = bounded_size(img.width, img.height, max_side, max_pixels)
-            if size == (img.width, img.height):
-                return data, mime
-            if img.mode not in _PNG_MODES:  # CMYK, YCbCr, ...: PNG cannot hold them
-                img = img.convert("RGB")
-            resized = img.resize(size, Image.Resampling.LANCZOS)
-        out = io.BytesIO()
-        resized.save(out, format="PNG")
-    except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
-        raise ProviderError(f"{path}: cannot downscale the image ({exc})") from exc
-    return out.getvalue(), "image/png"
+        header = inspect_image(data, name=path)
+        size = bounded_size(*header.size, max_side, max_pixels)
+        if header.reason is None and size == header.size:
+            return data, mime
+        image = load_image(data, name=path)
+        if image.size != size:
+            image = image.resize(size, Image.Resampling.LANCZOS)
+        return encode_png(image), "image/png"
+    except InputError as exc:
+        raise ProviderError(str(exc)) from exc  # "cannot read image <path>: <why>"
 
 
 def image_data_url(path: str | Path, max_side: int | None = None,
                    max_pixels: int | None = None) -> str:
     """``data:<mime>;base64,<bytes>`` for an image file (OpenAI / vLLM ``image_url``).
 
+    The bytes are :func:`read_bounded`'s: the file itself, or its converted pixels as PNG.
+
     Args:
         path: The image file.
-        max_side: Longest side sent in pixels (None: the file as it is).
-        max_pixels: Most pixels sent (None: the file as it is).
+        max_side: Longest side sent in pixels (None: no bound).
+        max_pixels: Most pixels sent (None: no bound).
 
     Raises:
         ProviderError: If the file is missing, unreadable or not an image format listed in
@@ -127,15 +125,19 @@ def image_data_url(path: str | Path, max_side: int | None = None,
 
 
 def load_rgb(path: str | Path) -> Image.Image:
-    """The image as a fully loaded RGB PIL image (grayscale and RGBA are converted).
+    """The image as a fully loaded RGB PIL image (transformers provider).
+
+    Decoded by :func:`utils.imaging.load_image` (docs/images.md, "Image loading"), so it has
+    the pixels the API providers send; grayscale is then repeated into three channels.
 
     Raises:
-        ProviderError: If the file is missing or not a readable image.
+        ProviderError: If the file is missing or not a readable image (names the path).
     """
-    from PIL import Image, UnidentifiedImageError
+    from utils.errors import InputError
+    from utils.imaging import load_image
 
     try:
-        with Image.open(path) as img:
-            return img.convert("RGB")
-    except (OSError, UnidentifiedImageError) as exc:
-        raise ProviderError(f"{path}: cannot open image ({exc})") from exc
+        image = load_image(path)
+    except InputError as exc:
+        raise ProviderError(str(exc)) from exc  # names the path
+    return image if image.mode == "RGB" else image.convert("RGB")

@@ -175,8 +175,8 @@ def prepare_provided_anatomy(
         transform = (read_frame_transform(cxr_dir, dicom)
                       if cxr_dir is not None and frame == "original" else None)
         for src_path, dst_path in jobs:
-            if transform is None:
-                write_mask(dst_path, read_mask(src_path))
+            if transform is None:  # the documented plain resize (frame 'work' / no transform)
+                write_mask(dst_path, read_mask(src_path, resize=True))
             else:
                 write_mask(dst_path, mask_to_frame(read_mask(src_path, size=None), transform))
             summary.files_written += 1

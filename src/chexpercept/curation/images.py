@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from chexpercept.errors import InputError
 from chexpercept.io import (
@@ -30,6 +29,7 @@ from chexpercept.io import (
     FrameTransform,
     frame_transform,
     image_to_frame,
+    read_cxr,
     read_frame_transform,
     transform_sidecar,
     transforms_index,
@@ -54,27 +54,19 @@ def missing_sources(images: Mapping[str, str], jpg_root: str | Path) -> list[str
 def read_gray(src: str | Path) -> np.ndarray:
     """Read a CXR at its own size as 8-bit gray.
 
-    16-bit / float images are rescaled by their min/max; RGB(A) is converted to luminance.
+    The one loader of every path (:func:`chexpercept.io.read_cxr` without resizing, i.e.
+    :func:`utils.imaging.load_image`; docs/images.md, "Image loading"): EXIF orientation
+    applied, 16-bit / float rescaled by their min..max, palette resolved, alpha flattened onto
+    black, colour converted to luminance. So the PNG prepared here has the pixels a model is
+    shown for the same file.
 
     Returns:
-        (H, W) uint8 at the file's resolution.
+        (H, W) uint8 at the file's (upright) resolution.
 
     Raises:
-        InputError: If the file cannot be decoded.
+        InputError: If the file is missing or cannot be decoded.
     """
-    try:
-        with Image.open(src) as im:
-            im.load()
-            if im.mode in ("I", "I;16", "I;16B", "F"):
-                arr = np.asarray(im, dtype=np.float64)
-                lo, hi = float(arr.min()), float(arr.max())
-                arr = np.zeros_like(arr) if hi <= lo else (arr - lo) / (hi - lo) * 255.0
-                return np.round(arr).astype(np.uint8)
-            if im.mode != "L":
-                im = im.convert("RGB").convert("L")
-            return np.asarray(im, dtype=np.uint8).copy()
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read image {src}: {exc}") from None
+    return read_cxr(src, size=None)
 
 
 def convert_jpg(src: str | Path, dst: str | Path, mode: str = "letterbox",

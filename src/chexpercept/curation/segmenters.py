@@ -98,8 +98,8 @@ def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
         raise InputError("pair has no seg_mask_path")
     if not seg_mask_root:
         raise InputError("path.mimic_ils_seg_mask_path is not set")
-    if transform is None:
-        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE)
+    if transform is None:  # no recorded transform: the mask covers the image stretched to 1024
+        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE, resize=True)
     return mask_to_frame(read_mask(Path(seg_mask_root) / rel, size=None), transform)
 
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from chexpercept.errors import ConfigError
+from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import EvalCase
 from chexpercept.evaluation.dialogue import Dialogue, TurnOutcome, answer_text
 from chexpercept.evaluation.parsing import ParsedAnswer
+from utils.imaging import image_size
 from utils.llm.base import ChatModel, PromptLimits, TurnRequest
 from utils.llm.tokens import (
     TOKENS_PER_IMAGE_MARKUP,
@@ -73,13 +74,11 @@ def last_request(case: EvalCase) -> TurnRequest:
 
 
 def _image_size(path: Path, cache: dict[Path, tuple[int, int]]) -> tuple[int, int]:
+    """The upright size the model is shown (EXIF orientation applied; docs/images.md)."""
     if path not in cache:
-        from PIL import Image
-
         try:
-            with Image.open(path) as img:
-                cache[path] = img.size
-        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            cache[path] = image_size(path)
+        except InputError as exc:
             raise ConfigError(f"{path}: cannot read the image's size ({exc})") from None
     return cache[path]
 

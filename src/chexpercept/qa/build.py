@@ -184,7 +184,7 @@ def process_case(task: CaseTask) -> CaseOutcome:
         cxr = read_cxr(task.cxr_path)
         masks = MaskSource(task.deformed_mask_dir, task.dicom_id, task.chexmask_dir,
                            task.cxas_dir, (item.get("contour_qa") or {}).get(
-                               "revision_before_masks", []))
+                               "revision_before_masks", []), cxr_path=task.cxr_path)
         images = render_case(task.key_id, item, cxr, masks)
         figures = (review_figures(task.key_id, item, cxr, masks, images)
                    if task.review_dir is not None else {})

@@ -1,8 +1,11 @@
 """Stage 02: images of one case for the bundle ``chexpercept/<key_id>/`` (spec sections 4.3-4.4).
 
 Everything is drawn with numpy/cv2 at exactly 1024x1024 (the working frame), so output
-bytes are deterministic. The CXR is read with :func:`chexpercept.io.read_cxr` (RGB, RGBA,
-16-bit and other sizes are handled there) and written back as 8-bit RGB.
+bytes are deterministic. The CXR is read with :func:`chexpercept.io.read_cxr` (the one image
+loader: RGB, alpha, 16-bit, palette, EXIF orientation and other sizes are handled there;
+docs/images.md, "Image loading") and written back as 8-bit RGB. Every mask must already have
+the CXR's working-frame shape: a mismatch fails the case, naming both files (docs/images.md,
+"Masks and images").
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from chexpercept.io import (
     REVISION_DIR,
     WORK_SIZE,
     anatomy_mask_path,
+    check_mask_shape,
     read_mask,
 )
 from chexpercept.qa import _text
@@ -60,9 +64,16 @@ def overlay_mask(gray: np.ndarray, mask: np.ndarray, *, rgb: Sequence[float] = O
 
     Returns:
         (H, W, 3) uint8 RGB.
+
+    Raises:
+        InputError: If the mask's shape is not the image's (never resized to fit).
     """
     out = to_rgb(gray)
     m = np.asarray(mask, dtype=bool)
+    if m.shape != out.shape[:2]:
+        raise InputError(f"mask is {m.shape[1]}x{m.shape[0]} pixels but the image is "
+                         f"{out.shape[1]}x{out.shape[0]}; masks are never resized to fit "
+                         f"(docs/images.md, 'Masks and images')")
     # Only masked pixels change (elsewhere the formula gives the gray value back exactly), so
     # blend just those: same bytes as blending the whole frame, several times faster.
     img = out[m].astype(np.float64) / 255.0
@@ -114,10 +125,14 @@ class MaskSource:
         chexmask_dir: CheXmask-U mask root.
         cxas_dir: CXAS mask root.
         before_stems: ``revision_before_masks`` of the case.
+        cxr_path: The CXR the masks are drawn on, named when a mask's shape is not the
+            working frame's (None: the message names only the mask).
     """
 
     def __init__(self, deformed_mask_dir: Path, dicom_id: str, chexmask_dir: Path,
-                 cxas_dir: Path, before_stems: Sequence[str]) -> None:
+                 cxas_dir: Path, before_stems: Sequence[str], *,
+                 cxr_path: Path | None = None) -> None:
+        self._cxr = cxr_path
         self._dir = Path(deformed_mask_dir)
         self._dicom = dicom_id
         self._chex = Path(chexmask_dir)
@@ -129,7 +144,8 @@ class MaskSource:
         """One mask as (1024, 1024) bool.
 
         Raises:
-            InputError: If its file is missing or unreadable, or the token is unknown.
+            InputError: If its file is missing, unreadable or not 1024 x 1024 (naming the mask
+                and the CXR), or the token is unknown.
         """
         if name not in self._cache:
             self._cache[name] = self._load(name)
@@ -153,12 +169,18 @@ class MaskSource:
             return np.zeros((WORK_SIZE, WORK_SIZE), dtype=bool)
         for side in ("right", "left"):
             if name == f"default_{side}_lung_chex":
-                return read_mask(anatomy_mask_path(self._chex, self._dicom, f"{side}_lung"))
+                return self._read(anatomy_mask_path(self._chex, self._dicom, f"{side}_lung"))
             if name == f"default_{side}_lung_cxas":
-                return read_mask(anatomy_mask_path(self._cxas, self._dicom, f"{side} lung"))
+                return self._read(anatomy_mask_path(self._cxas, self._dicom, f"{side} lung"))
         if name.startswith("default_"):
             raise InputError(f"unknown default mask token '{name}'")
-        return read_mask(self._dir / f"{name}.png")
+        return self._read(self._dir / f"{name}.png")
+
+    def _read(self, path: Path) -> np.ndarray:
+        """A mask file that must have the CXR's (1024, 1024) working-frame shape."""
+        mask = read_mask(path, size=None)
+        check_mask_shape(mask, path, (WORK_SIZE, WORK_SIZE), self._cxr)
+        return mask
 
 
 def case_image_relpaths(item: Mapping[str, Any]) -> list[str]:
