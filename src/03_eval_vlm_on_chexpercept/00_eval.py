@@ -40,6 +40,11 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
+from chexpercept.evaluation.runner import (
+    DEFAULT_MAX_CONSECUTIVE_FAULTS,
+    UNFINISHED_EXIT,
+    RunSummary,
+)
 from chexpercept.evaluation.sharding import check_part, select_part
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
@@ -329,6 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="Delete this run folder's manifest, records and results and start "
                              "afresh (default: off, resume).")
+    parser.add_argument("--give-up-unanswered", "--give_up_unanswered",
+                        dest="give_up_unanswered", action="store_true",
+                        help="Do not ask again the turns that got no answer (a fault: network, "
+                             "server) in an earlier invocation, and exit 0 although their cases "
+                             "are unfinished; Stage 04 counts them as missing, never as wrong "
+                             "(default: off: a re-run asks them again and a run that ends with "
+                             "unfinished cases exits 3).")
+    parser.add_argument("--max-consecutive-faults", "--max_consecutive_faults",
+                        dest="max_consecutive_faults", type=int,
+                        default=DEFAULT_MAX_CONSECUTIVE_FAULTS,
+                        help="Stop the run after N requests in a row got no answer (the server "
+                             "or the network is down); 0 never stops (default: %(default)s).")
     _add_local_model_args(parser)
     _add_api_args(parser)
     add_common_args(parser, seed=True, parts=True)
@@ -397,7 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             oracle_setting=args.oracle_setting, no_thinking=args.no_thinking,
                             seed=seed, save_every=args.save_every, part=args.part,
                             total_parts=args.total_parts, limit=args.limit,
-                            per_path_limit=args.per_path_limit)
+                            per_path_limit=args.per_path_limit,
+                            max_consecutive_faults=args.max_consecutive_faults,
+                            give_up_unanswered=args.give_up_unanswered)
     try:
         if model.supports_async:  # API providers: per-case pipelines, no stage barrier
             default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
@@ -411,7 +430,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         model.close()
     logger.info("%s", summary.line())
-    return 0
+    return unfinished_exit_code(summary)
+
+
+def unfinished_exit_code(summary: RunSummary) -> int:
+    """0 when every selected case finished (or the rest were given up), else 3 with one line."""
+    if summary.given_up:
+        logger.warning("--give-up-unanswered: %d case(s) left unfinished (a turn got no "
+                       "answer); all_results.json marks them and Stage 04 counts them as "
+                       "missing", len(summary.given_up))
+    message = summary.unfinished_message()
+    if message is None:
+        return 0
+    print(f"error: {message}", file=sys.stderr)
+    return UNFINISHED_EXIT
 
 
 if __name__ == "__main__":

@@ -953,6 +953,11 @@ def records_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "records.jsonl"
 
 
+def faults_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/faults.jsonl``: one line per turn that got no answer (a fault, never scored)."""
+    return Path(run_dir) / "faults.jsonl"
+
+
 def run_manifest_path(run_dir: str | Path) -> Path:
     """``<run_dir>/run_manifest.json``: what a Stage 03 run is (resume refuses a mismatch)."""
     return Path(run_dir) / "run_manifest.json"

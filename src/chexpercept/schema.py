@@ -623,8 +623,8 @@ def parse_deformation_results(data: Any, path: str | Path) -> dict[str, Deformat
 # Stage 03 -> 04: all_results.json (spec section 5.8)
 # ======================================================================================
 
-STATUSES = ("ok", "unparseable", "refused", "truncated", "error")
-"""Per-turn answer statuses; anything but ``ok`` scores as wrong."""
+STATUSES = ("ok", "unparseable", "refused", "truncated", "error", "blocked")
+"""Per-turn answer statuses; anything but ``ok`` scores as wrong (docs/parsing.md)."""
 
 
 class CaseResult(_Open):

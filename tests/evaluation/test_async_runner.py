@@ -194,22 +194,24 @@ def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
     texts = []
     write = runner_module._write_all_results
 
-    def spy(path, states, model_id):
-        n = write(path, states, model_id)
+    def spy(path, states, model_id, selected=()):
+        n = write(path, states, model_id, selected)
         texts.append(path.read_text(encoding="utf-8"))
         return n
 
     settings = _settings(save_every=1)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner_module, "_write_all_results", spy)
         if runner == "sync":
-            mp.setattr(runner_module, "_write_all_results", spy)
             run_evaluation(bundle, cases, ScriptedModel(_mixed), settings, tmp_path / "run")
         else:
-            from chexpercept.evaluation import async_runner
-            mp.setattr(async_runner, "_write_all_results", spy)
             run_evaluation_async(bundle, cases, AsyncFake(), settings, tmp_path / "run",
                                  concurrency=2, checkpoint_interval_s=0.0)
-    assert len(texts) >= 3 and len({len(json.loads(t)) for t in texts}) >= 3
+    finished = [sum("unfinished" not in r for r in json.loads(t).values()) for t in texts]
+    assert len(texts) >= 3 and len(set(finished)) >= 3
+    # a checkpoint lists every selected case: the unfinished ones marked, nothing else
+    assert all(len(json.loads(t)) == len(cases) for t in texts)
+    assert "unfinished" not in texts[-1]
     for text in texts:
         assert text == io.dumps_json(json.loads(text))
     assert texts[-1] == _all_results_text(tmp_path / "run")

@@ -111,8 +111,13 @@ def test_resume_after_interruption_requests_nothing_twice(bundle, tmp_path):
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run(bundle, tmp_path / "run", crashing)
     partial = _results(tmp_path / "run")  # finished cases are saved even on a crash
-    assert set(partial) == {"effusion_s50000003_negative_0", "cardiomegaly_s50000005_positive_0",
-                            "cardiomegaly_s50000006_negative_2"}
+    finished = {k for k, v in partial.items() if "unfinished" not in v}
+    assert finished == {"effusion_s50000003_negative_0", "cardiomegaly_s50000005_positive_0",
+                        "cardiomegaly_s50000006_negative_2"}
+    # the others are listed as unfinished, with no stage result that could be scored
+    for key_id in set(partial) - finished:
+        assert partial[key_id]["unfinished"]["reason"].startswith("not reached")
+        assert partial[key_id]["detection_qa"] == {}
 
     resumed = ScriptedModel(_mixed)
     summary = _run(bundle, tmp_path / "run", resumed, save_every=1)
@@ -146,8 +151,9 @@ def test_checkpoint_every_save_every_finished_cases(bundle, tmp_path):
     def spy(run_dir):
         def hook(call):
             path = io.all_results_path(run_dir)
-            seen[(run_dir.name, call)] = (list(json.loads(path.read_text()))
-                                          if path.exists() else None)
+            seen[(run_dir.name, call)] = (
+                [k for k, v in json.loads(path.read_text()).items() if "unfinished" not in v]
+                if path.exists() else None)
         return hook
 
     for name, every in (("every2", 2), ("every10", 10)):
@@ -263,3 +269,44 @@ def test_dummy_and_random_providers_run(bundle, tmp_path):
     dummy = _results(tmp_path / "dummy")
     assert all(e[2] == "1" or len(e) == 4 for r in dummy.values() for e in r["chat_history"])
     assert dummy["effusion_s50000003_negative_0"]["detection_qa"]["correct"] is False
+
+
+def _fault_on(request_id: str):
+    """An answer function: a ``fault`` completion for ``request_id``, ``right`` otherwise."""
+    def answer(request):
+        if request.request_id == request_id:
+            return Completion("", status="fault", error="no answer after 7 attempt(s): boom",
+                              attempts=7)
+        return right(request)
+    return answer
+
+
+@pytest.mark.parametrize("runner", ["sync", "async"])
+def test_a_fault_is_never_recorded_and_its_case_alone_waits_for_the_rerun(bundle, tmp_path,
+                                                                          runner):
+    from chexpercept.evaluation.async_runner import run_evaluation_async
+
+    def run(model, run_dir, **settings):
+        if runner == "sync":
+            return _run(bundle, run_dir, model, **settings)
+        return run_evaluation_async(bundle, validate_bundle(bundle), model,
+                                    EvalSettings("scripted", "m", oracle_setting="implicit",
+                                                 **settings), run_dir, concurrency=2)
+
+    _run(bundle, tmp_path / "ref", ScriptedModel(right))
+    faulty = f"{RR}/contour_evaluation_qa"
+    summary = run(ScriptedModel(_fault_on(faulty)), tmp_path / "run")
+    assert summary.turns_faulted == 1 and list(summary.unfinished) == [RR]
+    assert "1 of 7 case(s) unfinished" in summary.unfinished_message()
+    records = [json.loads(x) for x in io.records_path(tmp_path / "run").read_text().splitlines()]
+    assert faulty not in {r["request_id"] for r in records}
+    reference = io.records_path(tmp_path / "ref").read_text().splitlines()
+    assert len(records) == len(reference) - 8  # only the faulted case's last 8 turns wait
+    assert summary.cases_finished == 6
+    assert _results(tmp_path / "run")[RR]["unfinished"]["next_turn"] == "contour_evaluation_qa"
+
+    again = ScriptedModel(right)
+    summary = run(again, tmp_path / "run")
+    assert summary.unfinished == {} and summary.unfinished_message() is None
+    assert [i for call in again.calls for i in call][0] == faulty
+    assert _results(tmp_path / "run") == _results(tmp_path / "ref")

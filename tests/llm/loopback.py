@@ -89,14 +89,20 @@ class LoopbackServer:
             None answers every GET with the statistics.
         max_model_len: Context reported for each served model.
         port: Port to bind on 127.0.0.1 (0: any free port).
+        respond: Chooses the action of a chat request from its parsed body (None: the
+            defaults); scripted actions (:meth:`push`) come first. Lets a test fault one
+            case's turn whatever the arrival order.
     """
 
     def __init__(self, *, latency_s: float = 0.0, jitter_s: float = 0.0,
                  fault_rate: float = 0.0, retry_after: str = "0.05",
                  answer: Callable[[dict[str, Any]], str] = default_answer, seed: int = 0,
                  keep_bodies: bool = True, models: list[str] | None = None,
-                 max_model_len: int = 32768, port: int = 0) -> None:
+                 max_model_len: int = 32768, port: int = 0,
+                 respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+                 ) -> None:
         self.models = models
+        self.respond = respond
         self.max_model_len = max_model_len
         #: ``POST /tokenize`` requests seen (answered 404, as servers other than vLLM do).
         self.tokenize_requests = 0
@@ -166,8 +172,9 @@ class LoopbackServer:
             ready: Called with the bound port once listening.
         """
         loop = asyncio.get_running_loop()
-        httpd = await loop.create_server(lambda: _AsyncHandler(self), "127.0.0.1", 0,
-                                         backlog=_Server.request_queue_size)
+        httpd = await loop.create_server(lambda: _AsyncHandler(self), "127.0.0.1", self._port,
+                                         backlog=_Server.request_queue_size,
+                                         reuse_address=True)
         self._async_port = httpd.sockets[0].getsockname()[1]
         if ready is not None:
             ready(self._async_port)
@@ -181,10 +188,14 @@ class LoopbackServer:
         self.stop()
 
     # -- behaviour ------------------------------------------------------------------------
-    def _next_action(self) -> dict[str, Any]:
+    def _next_action(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+            if self.respond is not None:
+                chosen = self.respond(body or {})
+                if chosen is not None:
+                    return chosen
             delay = self.latency_s
             if self.jitter_s:
                 delay += float(self._rng.uniform(0, self.jitter_s))
@@ -291,7 +302,7 @@ class _AsyncHandler(asyncio.Protocol):
             server.stats.chat_requests += 1
             server.stats.in_flight += 1
             server.stats.max_in_flight = max(server.stats.max_in_flight, server.stats.in_flight)
-        action = server._next_action()
+        action = server._next_action(body)
         asyncio.get_running_loop().call_later(float(action.get("delay_s") or 0.0), self._answer,
                                               seen, action, body, len(raw), close)
 
@@ -396,7 +407,7 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 server.stats.max_in_flight = max(server.stats.max_in_flight,
                                                  server.stats.in_flight)
             try:
-                action = server._next_action()
+                action = server._next_action(body)
                 if action.get("delay_s"):
                     time.sleep(action["delay_s"])
                 status = int(action.get("status", 200))
@@ -432,12 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--retry-after", default="0.05")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
     parser.add_argument("--threaded", action="store_true",
                         help="serve with the threaded http.server instead of asyncio")
     args = parser.parse_args(argv)
     server = LoopbackServer(latency_s=args.latency, jitter_s=args.jitter,
                             fault_rate=args.fault_rate, retry_after=args.retry_after,
-                            seed=args.seed, keep_bodies=False)
+                            seed=args.seed, keep_bodies=False, port=args.port)
     try:
         if args.threaded:
             server.start()

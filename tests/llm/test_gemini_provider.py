@@ -14,7 +14,7 @@ from PIL import Image
 from utils.errors import ConfigError, ProviderError
 from utils.llm.base import Message, TurnRequest
 from utils.llm.gemini_provider import GeminiChatModel
-from utils.llm.retry import RetriesExhausted, RetryPolicy
+from utils.llm.retry import RetryPolicy
 
 KEY = "AIzaTEST-secret-0123456789"
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.001, max_delay_s=0.01)
@@ -134,18 +134,23 @@ def test_429_then_500_retried_async(png):
 
 def test_sdk_does_not_retry_on_its_own(png):
     fake = Fake((429, rate_limited("0s")))
-    with pytest.raises(RetriesExhausted, match="after 1 attempt"):
-        _model(fake, retry_policy=RetryPolicy(max_retries=0)).generate([_request(png)])
+    completion = _model(fake, retry_policy=RetryPolicy(max_retries=0)).generate(
+        [_request(png)])[0]
+    assert completion.status == "fault" and "after 1 attempt" in completion.error
     assert len(fake.seen) == 1
 
 
 @pytest.mark.parametrize(("body", "status"), [
-    (ok("", "SAFETY"), "refused"),
-    (ok("partial", "PROHIBITED_CONTENT"), "refused"),
-    ({"promptFeedback": {"blockReason": "SAFETY"}}, "refused"),
+    # a provider-side block is its own status, never the model's refusal
+    (ok("", "SAFETY"), "blocked"),
+    (ok("partial", "PROHIBITED_CONTENT"), "blocked"),
+    ({"promptFeedback": {"blockReason": "SAFETY"}}, "blocked"),
+    ({"promptFeedback": {"blockReason": "OTHER"}}, "blocked"),
+    (ok("", "OTHER"), "blocked"),
+    ({"candidates": []}, "blocked"),
+    (ok("Answer: 2", "OTHER"), "ok"),
     (ok("", "MAX_TOKENS"), "truncated"),
     (ok("", "STOP"), "error"),
-    ({"candidates": []}, "error"),
 ])
 def test_blocked_and_empty_answers_become_statuses(png, body, status):
     completion = _model(Fake((200, body))).generate([_request(png)])[0]

@@ -136,19 +136,21 @@ def test_500s_are_retried(server, png):
     assert [s.status for s in server.chat_requests()] == [500, 503, 200]
 
 
-def test_exhausted_retries_stop_the_run_and_record_nothing(server, png):
+def test_exhausted_retries_give_a_fault_completion_not_an_answer(server, png):
     server.push(*[{"status": 500}] * 3)
     policy = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.01)
-    with pytest.raises(RetriesExhausted) as info:
-        _model(server, retry_policy=policy).generate([_request(png)])
-    assert "after 3 attempt(s)" in str(info.value) and "nothing was recorded" in str(info.value)
+    completion = _model(server, retry_policy=policy).generate([_request(png)])[0]
+    assert completion.status == "fault" and completion.attempts == 3
+    assert completion.text == "" and "after 3 attempt(s)" in completion.error
+    assert "HTTP 500" in completion.error
     assert len(server.chat_requests()) == 3
 
 
 def test_sdk_retries_are_off(server, png):
     server.push({"status": 429, "headers": {"Retry-After": "0"}})
-    with pytest.raises(RetriesExhausted, match="after 1 attempt"):
-        _model(server, retry_policy=RetryPolicy(max_retries=0)).generate([_request(png)])
+    completion = _model(server, retry_policy=RetryPolicy(max_retries=0)).generate(
+        [_request(png)])[0]
+    assert completion.status == "fault" and "after 1 attempt" in completion.error
     assert len(server.chat_requests()) == 1  # the SDK did not retry on its own
 
 
@@ -162,7 +164,7 @@ def test_timeout_is_retried(server, png):
     ({"content": ""}, "error"),
     ({"content": None}, "error"),
     ({"content": "", "finish_reason": "length"}, "truncated"),
-    ({"content": None, "finish_reason": "content_filter"}, "refused"),
+    ({"content": None, "finish_reason": "content_filter"}, "blocked"),
     ({"content": None, "refusal": "I can't help with that."}, "refused"),
 ])
 def test_empty_or_blocked_answers_become_statuses(server, png, action, status):
@@ -368,3 +370,11 @@ def test_image_cache_scales_with_concurrency_and_bounds_bytes(tmp_path, png):
 
 def _model_free(**kw):
     return OpenAIChatModel("gpt-5.4", base_url="http://127.0.0.1:9/v1", env={}, **kw)
+
+
+@pytest.mark.parametrize("code", ["content_filter", "ResponsibleAIPolicyViolation"])
+def test_a_provider_side_filter_is_blocked_not_the_models_refusal(server, png, code):
+    server.push({"status": 400, "error_code": code, "error_message": "filtered"})
+    completion = _model(server).generate([_request(png)])[0]
+    assert completion.status == "blocked" and "filtered" in completion.error
+    assert len(server.chat_requests()) == 1  # not retried: the same prompt is filtered again

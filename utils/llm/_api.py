@@ -20,8 +20,8 @@ from typing import Any
 
 from utils.errors import ConfigError, ProviderError
 from utils.llm import _images
-from utils.llm.base import ChatModel, Completion, TurnRequest
-from utils.llm.retry import Failure, RequestFailed, Retrier, RetryPolicy
+from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest
+from utils.llm.retry import Failure, RequestFailed, Retrier, RetriesExhausted, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +244,13 @@ class ApiChatModel(ChatModel):
                           error=error, attempts=exc.attempts,
                           latency_s=time.perf_counter() - started)
 
+    def _fault(self, exc: RetriesExhausted, started: float) -> Completion:
+        """The no-answer completion of a request whose retries ran out (never an answer)."""
+        return Completion(text="", status=FAULT, attempts=exc.attempts,
+                          error=f"no answer after {exc.attempts} attempt(s): "
+                                f"{exc.failure.message}",
+                          latency_s=time.perf_counter() - started)
+
     def _finish(self, response: Any, attempts: int, started: float) -> Completion:
         completion = self._to_completion(response)
         completion.attempts = attempts
@@ -251,13 +258,23 @@ class ApiChatModel(ChatModel):
         return completion
 
     def generate_one(self, request: TurnRequest) -> Completion:
-        """Answer one request synchronously, with retries (latency includes backoff)."""
+        """Answer one request synchronously, with retries (latency includes backoff).
+
+        Returns:
+            The completion; status ``fault`` when the retries ran out (no answer).
+
+        Raises:
+            ProviderError: On a fatal error (auth, quota, unknown model, a first turn over
+                the context).
+        """
         started = time.perf_counter()
         try:
             response, attempts = self.retrier.call(lambda: self._attempt(request),
                                                    request_id=request.request_id)
         except RequestFailed as exc:
             return self._failed(exc, started, request)
+        except RetriesExhausted as exc:
+            return self._fault(exc, started)
         return self._finish(response, attempts, started)
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
@@ -281,8 +298,12 @@ class ApiChatModel(ChatModel):
     async def agenerate(self, request: TurnRequest) -> Completion:
         """Answer one request on the running event loop, with retries.
 
+        Returns:
+            The completion; status ``fault`` when the retries ran out (no answer).
+
         Raises:
-            ProviderError: On a fatal error (auth, bad request).
+            ProviderError: On a fatal error (auth, quota, unknown model, a first turn over
+                the context).
         """
         started = time.perf_counter()
         try:
@@ -290,6 +311,8 @@ class ApiChatModel(ChatModel):
                                                           request_id=request.request_id)
         except RequestFailed as exc:
             return self._failed(exc, started, request)
+        except RetriesExhausted as exc:
+            return self._fault(exc, started)
         return self._finish(response, attempts, started)
 
 

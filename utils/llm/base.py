@@ -16,8 +16,16 @@ from utils.errors import ProviderError
 
 Role = Literal["system", "user", "assistant"]
 
-#: Completion statuses. ``ok`` means the provider returned text; parsing happens later.
-COMPLETION_STATUSES = ("ok", "refused", "truncated", "error")
+#: Completion statuses of an answer (docs/engines.md, "Faults"). ``ok``: the provider returned
+#: text (parsed later); ``refused``: the model declined; ``truncated``: cut off at the token
+#: limit; ``error``: this request alone cannot succeed (a dialogue that outgrew the context, an
+#: input the engine rejects); ``blocked``: a provider-side filter withheld the answer (safety
+#: filter, blocked prompt, empty candidate), counted apart from the model's own refusals.
+COMPLETION_STATUSES = ("ok", "refused", "truncated", "error", "blocked")
+#: Status of a completion that carries no answer: a fault of the network, the server or the
+#: provider outlasted the retries. Never recorded as an answer: the runner keeps the case
+#: unfinished and a re-run asks the turn again.
+FAULT = "fault"
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,11 @@ class Completion:
 
     Attributes:
         text: Raw response text ('' when none came back).
-        status: One of :data:`COMPLETION_STATUSES`.
+        status: One of :data:`COMPLETION_STATUSES`, or :data:`FAULT` (no answer).
         finish_reason: Provider's finish reason, if any (``stop``, ``length``, ...).
         usage: Token counts.
         latency_s: Wall time of the call in seconds.
-        error: Error text for ``status == "error"`` (never contains secrets).
+        error: Error text for ``status`` ``error`` or ``fault`` (never contains secrets).
         attempts: HTTP attempts made for this completion (API providers; 1 = no retry).
         response_model: Model version the provider reported (OpenAI ``model``, Gemini
             ``model_version``), or None.
@@ -126,9 +134,11 @@ class ChatModel(abc.ABC):
     """A model that answers batches of chat requests.
 
     Subclasses implement :meth:`generate`. They must return exactly one completion per request,
-    in request order, and must turn per-request failures into ``status="error"`` completions
-    rather than raising (fatal configuration errors such as bad credentials may raise
-    ``ProviderError``).
+    in request order, and must turn per-request failures into completions rather than raising:
+    ``status="error"`` for a request that can never succeed, ``status="fault"`` (:data:`FAULT`)
+    for one that got no answer because of a fault (retries exhausted). Errors that every
+    request would repeat (bad credentials, exhausted quota, unknown model) raise
+    ``ProviderError`` and stop the run.
     """
 
     #: Provider registry name (``dummy``, ``random``, ``oracle``, ``opensource``, ...).

@@ -16,10 +16,12 @@ prompting guide recommends), ``max_output_tokens=8192``. Gemini 3 models get
 by default, and no ``retry_options`` are passed: :mod:`utils.llm.retry` does the retries,
 honouring ``Retry-After`` and the ``RetryInfo.retryDelay`` of a 429 body.
 
-An HTTP 200 without candidates (prompt blocked) or with ``finish_reason`` SAFETY,
-PROHIBITED_CONTENT, BLOCKLIST, SPII, RECITATION or IMAGE_SAFETY becomes status ``refused``;
-MAX_TOKENS without text ``truncated``; any other empty answer ``error`` (harness_anchors.md
-section 3.2).
+An HTTP 200 without candidates (the prompt was blocked, whatever the ``block_reason``,
+``OTHER`` included), with a ``finish_reason`` of Google's filters (SAFETY, PROHIBITED_CONTENT,
+BLOCKLIST, SPII, RECITATION, IMAGE_SAFETY, ...), or with no text and ``finish_reason`` OTHER
+becomes status ``blocked``: the provider withheld the answer, which is not the model's own
+refusal (docs/engines.md, "Faults"). MAX_TOKENS without text is ``truncated``; any other empty
+answer ``error``.
 """
 
 from __future__ import annotations
@@ -267,11 +269,10 @@ class GeminiChatModel(ApiChatModel):
         candidates = getattr(response, "candidates", None) or []
         feedback = getattr(response, "prompt_feedback", None)
         block = getattr(feedback, "block_reason", None) if feedback is not None else None
-        if not candidates:
+        if not candidates:  # the prompt was blocked (any reason, OTHER included)
             reason = _enum_name(block) or "no candidates"
-            status = "refused" if block is not None else "error"
-            return Completion("", status=status, finish_reason=reason, usage=usage,
-                              error=None if status == "refused" else "response without candidates",
+            return Completion("", status="blocked", finish_reason=reason, usage=usage,
+                              error=f"the provider returned no candidate ({reason})",
                               response_model=version)
         candidate = candidates[0]
         finish = _enum_name(getattr(candidate, "finish_reason", None))
@@ -279,8 +280,9 @@ class GeminiChatModel(ApiChatModel):
         parts = (getattr(content, "parts", None) or []) if content is not None else []
         text = "".join(p.text for p in parts if getattr(p, "text", None)
                        and not getattr(p, "thought", False))
-        if finish in _BLOCKED:
-            return Completion(text, status="refused", finish_reason=finish, usage=usage,
+        if finish in _BLOCKED or (finish == "OTHER" and not text.strip()):
+            return Completion(text, status="blocked", finish_reason=finish, usage=usage,
+                              error=f"the provider withheld the answer ({finish})",
                               response_model=version)
         return answer_completion(text, finish, usage=usage, model=version,
                                  cut_off=finish == "MAX_TOKENS")

@@ -490,8 +490,8 @@ class OpenAIChatModel(ApiChatModel):
         if refusal:
             return Completion(str(refusal), status="refused", finish_reason=finish or "refusal",
                               usage=usage, response_model=model)
-        if finish == "content_filter":
-            return Completion(text, status="refused", finish_reason=finish, usage=usage,
+        if finish == "content_filter":  # the provider's filter, not the model's refusal
+            return Completion(text, status="blocked", finish_reason=finish, usage=usage,
                               response_model=model)
         return answer_completion(text, finish, usage=usage, model=model,
                                  cut_off=finish == "length")
@@ -523,8 +523,8 @@ class OpenAIChatModel(ApiChatModel):
             return Failure("fatal", f"{message}. The API key's quota or billing is exhausted: "
                                     f"retrying cannot help; add credit or use another key",
                            code)
-        if code == 400 and err_code in _FILTER_CODES:
-            return Failure("request", message, code, completion_status="refused")
+        if code == 400 and err_code in _FILTER_CODES:  # a provider-side filter: blocked
+            return Failure("request", message, code, completion_status="blocked")
         if code in RETRYABLE_STATUS or code >= 500:
             return Failure("retryable", message, code,
                            retry_after_s=parse_retry_after(exc.response.headers))

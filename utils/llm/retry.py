@@ -26,8 +26,10 @@ A request sleeping in backoff is not in flight: when the async runner has bound 
 :class:`InFlightSlot` (:data:`CURRENT_SLOT`), the slot is handed back for the sleep and taken
 again before the next attempt, so other cases use the connection meanwhile.
 
-When the retries run out, :class:`RetriesExhausted` (a ``ProviderError``) stops the run and
-nothing is recorded for that turn: a fault is not an answer, so a re-run asks it again.
+When the retries run out, :class:`RetriesExhausted` is raised; the API providers turn it into a
+completion with status ``fault`` (:data:`utils.llm.base.FAULT`): no answer, never recorded as
+one. The runner keeps that case unfinished and a re-run asks the turn again (docs/engines.md,
+"Faults").
 :class:`RequestFailed` carries a ``request`` failure (and the attempt count); providers turn it
 into a recorded completion status.
 """
@@ -109,9 +111,18 @@ class Failure:
 class RetriesExhausted(ProviderError):
     """A retryable fault (connection, timeout, 429, 5xx) outlasted ``max_retries``.
 
-    The turn is not recorded: a fault of the network or the server is not an answer of the
+    The turn gets no answer: a fault of the network or the server is not an answer of the
     model (docs/engines.md, "Faults").
+
+    Attributes:
+        failure: The last failure.
+        attempts: Attempts made (1 + retries).
     """
+
+    def __init__(self, message: str, failure: Failure, attempts: int) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.attempts = attempts
 
 
 class RequestFailed(Exception):  # noqa: N818 - it is a control-flow result, not a bug
@@ -317,11 +328,10 @@ class Retrier:
             # a fault of the network or the server, not an answer of the model: never
             # recorded (it would be scored as wrong); the run stops and a re-run asks again
             raise RetriesExhausted(
-                f"{self.provider}: request {request_id or '?'} still failed after {attempt} "
-                f"attempt(s): {failure.message}. A fault is not an answer, so nothing was "
-                f"recorded for this turn; the run stopped (recorded turns are kept). Re-run "
-                f"the same command to resume once the server answers (--max-retries sets "
-                f"the attempts).") from None
+                f"{self.provider}: request {request_id or '?'} got no answer after {attempt} "
+                f"attempt(s): {failure.message}. A fault is not an answer: nothing was "
+                f"recorded for this turn (--max-retries sets the attempts).",
+                failure, attempt) from None
         delay = backoff_delay(self.policy, attempt - 1, failure.retry_after_s, self.rng)
         logger.debug("%s: %s attempt %d failed (%s); retrying in %.2f s", self.provider,
                      request_id, attempt, failure.message, delay)
@@ -338,7 +348,8 @@ class Retrier:
 
         Raises:
             ProviderError: On a fatal failure.
-            RequestFailed: On a ``request`` failure or when the retries run out.
+            RequestFailed: On a ``request`` failure.
+            RetriesExhausted: When the retries run out.
         """
         attempt = 0
         while True:

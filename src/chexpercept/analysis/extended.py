@@ -15,7 +15,7 @@ import array
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ from chexpercept import io
 from chexpercept.analysis._memory import gc_paused, release_free_memory
 from chexpercept.analysis.metrics import SETTINGS, RunMetrics
 from chexpercept.analysis.report import format_cell
-from chexpercept.analysis.runs import RunRef, score_run, validate_results, warn_incomplete
+from chexpercept.analysis.runs import (
+    RunRef,
+    score_run,
+    split_unfinished,
+    validate_results,
+    warn_incomplete,
+)
 from chexpercept.analysis.tables import (
     CHANCE_QUESTIONS,
     LESION_GROUPS,
@@ -88,12 +94,15 @@ class RunAnalysis:
         metrics: Release tables (:class:`RunMetrics`; ``None`` for chance).
         table: Per-case metric matrix.
         cells: Cell means with bootstrap CIs.
+        unfinished: Cases Stage 03 left unfinished (a turn got no answer), key_id -> reason:
+            missing, not scored (:func:`runs.split_unfinished`).
     """
 
     run: RunRef | None
     metrics: RunMetrics | None
     table: CaseTable
     cells: CellStats
+    unfinished: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -110,7 +119,7 @@ class RunAnalysis:
 
 
 def analyse_run(run: RunRef, results: Mapping[str, CaseResult], *, n_boot: int,
-                seed: int) -> RunAnalysis:
+                seed: int, unfinished: Mapping[str, str] | None = None) -> RunAnalysis:
     """Score a run (release tables) and build its case table and cell statistics.
 
     Args:
@@ -118,6 +127,7 @@ def analyse_run(run: RunRef, results: Mapping[str, CaseResult], *, n_boot: int,
         results: Its validated records (:func:`runs.load_run`), read once.
         n_boot: Bootstrap resamples (0: no CIs).
         seed: Bootstrap seed.
+        unfinished: The run's unfinished cases (:func:`runs.split_unfinished`), if known.
 
     Returns:
         The run's :class:`RunAnalysis`.
@@ -131,7 +141,8 @@ def analyse_run(run: RunRef, results: Mapping[str, CaseResult], *, n_boot: int,
     except SchemaError as exc:  # bad status values: name the file, like every other error
         raise SchemaError(f"{run.all_results}: {str(exc).removeprefix(run.name + ': ')}"
                           ) from None
-    return RunAnalysis(run, metrics, table, cell_stats(table, n_boot=n_boot, seed=seed))
+    return RunAnalysis(run, metrics, table, cell_stats(table, n_boot=n_boot, seed=seed),
+                       dict(unfinished or {}))
 
 
 def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None = None,
@@ -161,19 +172,20 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
 
     with gc_paused():  # parsed JSON is acyclic
         data = io.read_json(run.all_results)
+    unfinished = split_unfinished(run.all_results, data)
     scan = scan_records(data, limit=limit)
     if scan is None:
         logger.debug("%s: irregular records, using the validating path", run.all_results)
         results = validate_results(run.all_results, data, limit=limit)
         del data
-        return analyse_run(run, results, n_boot=n_boot, seed=seed)
+        return analyse_run(run, results, n_boot=n_boot, seed=seed, unfinished=unfinished)
     del data  # before building anything that outlives this call (see _columnar.Scan)
     table = table_from_scan(run.name, scan, key_pool=key_pool)
     del scan
     warn_incomplete(run, [k for k, m in zip(table.key_ids, table.missing.any(axis=1).tolist(),
                                             strict=True) if m])
     analysis = RunAnalysis(run, run_metrics(table, run.name), table,
-                           cell_stats(table, n_boot=n_boot, seed=seed))
+                           cell_stats(table, n_boot=n_boot, seed=seed), unfinished)
     release_free_memory()  # the parsed file's and the bootstrap's transient buffers
     return analysis
 

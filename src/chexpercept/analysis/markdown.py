@@ -47,6 +47,22 @@ def _n_text(counts: Sequence[int]) -> str:
     return "/".join(str(c) for c in distinct)
 
 
+def _incomplete_warning(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """A warning block naming each incomplete run (cases Stage 03 left unfinished), or []."""
+    incomplete = [a for a in analyses if a.unfinished]
+    if not incomplete:
+        return []
+    lines = ["> **Warning: incomplete run(s).** Some cases got no answer for a turn (a fault "
+             "of the network or the server, never an answer of the model) or were not reached. "
+             "They are counted as missing: left out of every value below, not scored as wrong. "
+             "Re-run Stage 03 with the same command to complete them.", ">"]
+    for a in incomplete:
+        key_id, reason = next(iter(a.unfinished.items()))
+        lines.append(f"> - `{a.name}`: {len(a.unfinished)} unfinished case(s), e.g. "
+                     f"`{key_id}`: {reason[:200]}")
+    return [*lines, ""]
+
+
 def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracle_setting: str,
                   n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path]) -> str:
     """The text of ``report.md``.
@@ -65,11 +81,13 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     """
     everyone = [*analyses, chance]
     lines = [f"# CheXpercept analysis, Stage 03 oracle setting `{oracle_setting}`", ""]
+    lines += _incomplete_warning(analyses)
     lines += ["Runs (model = `<provider>_<model>[_no_thinking]`):", ""]
     lines += _table(["model", "provider", "model name", "variant", "cases", "missing stage "
-                     "results (counted wrong)"],
+                     "results (counted wrong)", "unfinished cases (missing, not scored)"],
                     [[a.name, a.run.provider, a.run.model_name, a.run.variant,
-                      str(a.table.n_cases), str(int(a.table.missing.sum()))]
+                      str(a.table.n_cases), str(int(a.table.missing.sum())),
+                      str(len(a.unfinished))]
                      for a in analyses if a.run is not None])
     ci = (f"95% percentile bootstrap intervals, {n_boot} resamples of cases within each "
           f"lesion x path stratum (seed {seed})" if n_boot else "no intervals (--bootstrap 0)")

@@ -188,13 +188,14 @@ def validate_results(path: Path, data: Any, *, limit: int | None = None
                      ) -> dict[str, CaseResult]:
     """Validate the parsed content of ``path`` (an ``all_results.json``); see :func:`load_run`.
 
-    The records' unused blocks (:data:`UNUSED_RECORD_KEYS`) are removed from ``data`` in
-    place.
+    The records' unused blocks (:data:`UNUSED_RECORD_KEYS`) and the cases marked unfinished
+    (:func:`split_unfinished`, not scored) are removed from ``data`` in place.
 
     Raises:
         SchemaError: On invalid schema or a record whose ``key_id`` differs from its key
             (every bad key_id is listed, with the file).
     """
+    split_unfinished(path, data)
     if isinstance(data, dict):
         for record in data.values():  # Stage 04 never reads these large blocks
             if isinstance(record, dict):
@@ -208,6 +209,37 @@ def validate_results(path: Path, data: Any, *, limit: int | None = None
     if limit is not None:
         results = dict(list(results.items())[:max(limit, 0)])
     return results
+
+
+def split_unfinished(path: Path, data: Any) -> dict[str, str]:
+    """Remove the cases Stage 03 marked ``unfinished`` from ``data``; key_id -> reason.
+
+    A case is unfinished when a turn got no answer (a fault of the network or the server) or
+    the run stopped before it finished: it is missing, never a wrong answer of the model
+    (docs/engines.md, "Faults"), so it is not scored and the report says the run is
+    incomplete. Logs one warning naming the file when there are any.
+
+    Args:
+        path: The ``all_results.json`` (for the warning).
+        data: Its parsed content (key_id -> record); modified in place.
+
+    Returns:
+        key_id -> the recorded reason, in file order (empty for a complete run).
+    """
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, str] = {}
+    for key_id, record in data.items():
+        if isinstance(record, dict) and isinstance(record.get("unfinished"), dict):
+            out[key_id] = str(record["unfinished"].get("reason") or "unfinished")
+    for key_id in out:
+        del data[key_id]
+    if out:
+        logger.warning("%s: incomplete run: %d case(s) got no answer for a turn or were not "
+                       "reached (counted as missing, not as wrong answers; re-run Stage 03 to "
+                       "complete them), e.g. %s: %s", path, len(out), next(iter(out)),
+                       next(iter(out.values()))[:200])
+    return out
 
 
 def warn_incomplete(run: RunRef, incomplete: Sequence[str]) -> None:

@@ -33,8 +33,11 @@ youngest generation's threshold is raised from 700 to :data:`GC_GEN0_THRESHOLD` 
 both are restored afterwards. With the defaults, collections took ~1.6 s of a 30 s run at
 320 requests/s, full ones 60-130 ms each (benchmarks/bench_api_throughput.py).
 
-A provider's ``ProviderError`` (auth, bad request) stops the run: in-flight requests are
-cancelled, recorded turns stay, and a re-run resumes.
+A turn that got no answer (a ``fault`` completion: the retries ran out) is logged to
+``faults.jsonl`` and its case is parked, unfinished, for the rest of the invocation; the other
+cases go on. A provider's ``ProviderError`` (auth, quota, unknown model), or too many faults in a
+row (:class:`~chexpercept.evaluation.runner.FaultBreaker`), stops the run: in-flight requests
+are cancelled, recorded turns stay, and a re-run resumes.
 """
 
 from __future__ import annotations
@@ -56,11 +59,10 @@ from chexpercept.errors import ConfigError
 from chexpercept.evaluation.cases import Bundle, EvalCase
 from chexpercept.evaluation.runner import (
     EvalSettings,
+    OpenedRun,
     RunSummary,
-    _write_all_results,
     encode_results,
     finalize_summary,
-    finish_turn,
     open_run,
 )
 from utils.llm.base import ChatModel
@@ -154,14 +156,14 @@ class RecordWriter:
             self._fh.close()
 
 
-async def _run(cases_states: list[Any], model: ChatModel, settings: EvalSettings,
-               writer: RecordWriter, summary: RunSummary, concurrency: int,
-               checkpoint: Any, results_file: Path) -> dict[str, Any]:
+async def _run(opened: OpenedRun, model: ChatModel, settings: EvalSettings,
+               writer: RecordWriter, concurrency: int, checkpoint: Any) -> dict[str, Any]:
     """Run every unfinished case; returns scheduling statistics."""
     semaphore = asyncio.Semaphore(concurrency)
+    results_file = opened.results_file
     # longest remaining path first (stable: selection order among equals), so the run ends on
     # short cases rather than on a few 9-turn ones running alone (see the module docstring)
-    queue = sorted((s for s in cases_states if not s.dialogue.finished), reverse=True,
+    queue = sorted((s for s in opened.active_states if s.runnable), reverse=True,
                    key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
     position = 0
     stats: dict[str, Any] = {"in_flight": 0, "max_in_flight": 0, "requests": 0,
@@ -171,7 +173,7 @@ async def _run(cases_states: list[Any], model: ChatModel, settings: EvalSettings
 
     async def run_case(state: Any, slot: InFlightSlot) -> None:
         nonlocal last_beat
-        while not state.dialogue.finished:
+        while state.runnable:
             prep = state.dialogue.prepare()
             await slot.acquire()
             stats["in_flight"] += 1
@@ -184,8 +186,11 @@ async def _run(cases_states: list[Any], model: ChatModel, settings: EvalSettings
             stats["requests"] += 1
             stats["attempts"] += completion.attempts
             stats["statuses"][completion.status] += 1
-            writer.append(finish_turn(state, prep, completion, summary, settings.model,
-                                      completion.latency_s))
+            record = opened.finish(state, prep, completion, settings.model, completion.latency_s)
+            if record is None:  # a fault: no answer, the case stays unfinished
+                checkpoint(False, finished=False)
+                continue
+            writer.append(record)
             if state.dialogue.finished:
                 encode_results(results_file, (state,), settings.model)
                 checkpoint(False)
@@ -264,30 +269,29 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     last_save = time.monotonic()
     dirty = False
 
-    def checkpoint(final: bool) -> None:
+    def checkpoint(final: bool, finished: bool = True) -> None:
         nonlocal unsaved, last_save, dirty
         if not final:
-            unsaved += 1
+            unsaved += finished
             dirty = True
             if (unsaved < settings.save_every
                     or time.monotonic() - last_save < checkpoint_interval_s):
                 return
         writer.sync()
-        n = _write_all_results(opened.results_file, opened.states.values(), settings.model)
+        n = opened.write_results(settings.model)
         logger.info("checkpoint: %d finished case(s) in %s", n, opened.results_file)
         unsaved, last_save, dirty = 0, time.monotonic(), False
 
-    todo = sum(not s.dialogue.finished for s in opened.active_states)
+    todo = sum(s.runnable for s in opened.active_states)
     logger.info("async runner: %d case(s) to run, concurrency %d", todo, concurrency)
     stats: dict[str, Any] = {}
     try:
         with _gc_tuned():
-            stats = asyncio.run(_run(opened.active_states, model, settings, writer, summary,
-                                     concurrency, checkpoint, opened.results_file))
+            stats = asyncio.run(_run(opened, model, settings, writer, concurrency, checkpoint))
     finally:
         writer.close()
-        if dirty or writer.written or not opened.results_file.exists():
-            _write_all_results(opened.results_file, opened.states.values(), settings.model)
+        if dirty or writer.written or summary.turns_resumed or not opened.results_file.exists():
+            opened.write_results(settings.model)
     summary.generate_calls = stats.get("requests", 0)
     if stats:
         logger.info("async runner: %d request(s) in %.1f s (%.1f/s), max %d in flight, "

@@ -20,7 +20,7 @@ import logging
 import platform
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from chexpercept.evaluation.dialogue import (
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
-from utils.llm.base import COMPLETION_STATUSES, ChatModel, Completion
+from utils.llm.base import COMPLETION_STATUSES, FAULT, ChatModel, Completion
 from utils.llm.pricing import cost_usd
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,14 @@ PROTOCOL_VERSION = 1
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
                    "sharding")
+
+#: Requests in a row without an answer after which the run stops (``--max-consecutive-faults``):
+#: a dead server would otherwise be asked every case, each with all its retries. At 5 %
+#: independent transient faults and 6 retries a turn runs out with probability 0.05**7, so only
+#: an outage reaches this (docs/engines.md, "Faults").
+DEFAULT_MAX_CONSECUTIVE_FAULTS = 50
+#: Exit code of a Stage 03 run that ended with unfinished cases (a turn got no answer).
+UNFINISHED_EXIT = 3
 
 #: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
 SELECTION_FIELD = "selection"
@@ -76,6 +84,11 @@ class EvalSettings:
         limit: ``--limit`` of the command (recorded, not compared on resume: a larger limit
             extends a run), or None.
         per_path_limit: ``--per_path_limit`` of the command, likewise.
+        max_consecutive_faults: Stop the run after this many requests in a row got no answer
+            (``--max-consecutive-faults``; the server or the network is down); 0 never stops.
+        give_up_unanswered: Do not ask again the turns that got no answer in an earlier
+            invocation (``--give-up-unanswered``); their cases stay unfinished, which Stage 04
+            counts as missing, and the run may end with exit code 0.
     """
 
     provider: str
@@ -89,6 +102,8 @@ class EvalSettings:
     total_parts: int = 1
     limit: int | None = None
     per_path_limit: int | None = None
+    max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS
+    give_up_unanswered: bool = False
 
 
 @dataclass
@@ -108,6 +123,10 @@ class RunSummary:
             ``output``, ``thinking``).
         cost_usd: Estimated cost of this invocation's calls (spec section 5.9); None (NA)
             when the model has no entry in ``cfg/pricing.yaml``.
+        turns_faulted: Requests of this invocation that got no answer (a fault; not scored).
+        unfinished: Selected cases left unfinished, key_id -> why (the fault, or that the run
+            stopped first); empty when every selected case finished.
+        given_up: Of ``unfinished``, the cases ``--give-up-unanswered`` accepted as missing.
     """
 
     run_dir: Path
@@ -120,6 +139,9 @@ class RunSummary:
     statuses: Counter = field(default_factory=Counter)
     usage: Counter = field(default_factory=Counter)
     cost_usd: float | None = 0.0
+    turns_faulted: int = 0
+    unfinished: dict[str, str] = field(default_factory=dict)
+    given_up: set[str] = field(default_factory=set)
 
     def add_cost(self, cost: float | None) -> None:
         """Add one call's cost; any NA call makes the total NA."""
@@ -133,8 +155,36 @@ class RunSummary:
                 f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
                 f"input {self.usage['input']} (cached {self.usage['cached_input']}), output "
                 f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
-                f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; output: "
-                f"{self.all_results_path}")
+                f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; "
+                f"no answer (faults): {self.turns_faulted}; output: {self.all_results_path}")
+
+    def unfinished_message(self) -> str | None:
+        """One line on the unfinished cases (None when there are none to report).
+
+        Cases given up with ``--give-up-unanswered`` are reported by the caller as a warning.
+        """
+        pending = {k: v for k, v in self.unfinished.items() if k not in self.given_up}
+        if not pending:
+            return None
+        reasons = Counter(_reason_kind(v) for v in pending.values())
+        why = "; ".join(f"{n} x {r}" for r, n in reasons.most_common(3))
+        example = next(iter(pending.items()))
+        return (f"{len(pending)} of {self.cases_selected} case(s) unfinished ({why}; e.g. "
+                f"{example[0]}: {example[1][:300]}). Nothing was scored for their missing "
+                f"turns; all_results.json marks them and Stage 04 counts them as missing. "
+                f"Re-run the same command to ask them again (answered turns are kept), or add "
+                f"--give-up-unanswered to accept them as missing.")
+
+
+def _reason_kind(reason: str) -> str:
+    """A short class of an unfinished case's reason, for the summary line."""
+    if reason.startswith(NOT_REACHED):
+        return "not reached"
+    return reason.split(": ", 1)[-1].split(". ", 1)[0][:80] or "no answer"
+
+
+#: Reason of a selected case the run did not get to (it stopped first).
+NOT_REACHED = "not reached: the run stopped before this case finished"
 
 
 
@@ -234,6 +284,76 @@ class _CaseState:
     #: ``"<key_id>": <result>`` as it appears in ``all_results.json`` (set once finished; a
     #: finished case never changes, so every checkpoint reuses it).
     result_json: str | None = None
+    #: Why the case's next turn got no answer (a fault, this invocation or, with
+    #: ``give_up_unanswered``, an earlier one); the case is not asked again in this invocation.
+    fault: str | None = None
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the case has a turn to ask in this invocation."""
+        return not self.dialogue.finished and self.fault is None
+
+
+class FaultBreaker:
+    """Stops the run when ``limit`` requests in a row got no answer (the server is down).
+
+    Args:
+        limit: Requests in a row (``--max-consecutive-faults``); 0 never stops.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ConfigError(f"--max-consecutive-faults must be >= 0, got {limit}")
+        self.limit = limit
+        self.in_a_row = 0
+
+    def observe(self, completion: Completion) -> None:
+        """Count a completion.
+
+        Raises:
+            ProviderError: When ``limit`` completions in a row are faults.
+        """
+        if completion.status != FAULT:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        if self.limit and self.in_a_row >= self.limit:
+            raise ProviderError(
+                f"{self.in_a_row} request(s) in a row got no answer (last: {completion.error}). "
+                f"The server or the network is down, so the run stopped; nothing was recorded "
+                f"for those turns and the answered ones are kept. Re-run the same command once "
+                f"the server answers (--max-consecutive-faults sets the limit).")
+
+
+def record_fault(state: _CaseState, prep: PreparedTurn, completion: Completion,
+                 faults_file: Path, summary: RunSummary) -> None:
+    """Log a turn that got no answer to ``faults.jsonl`` and park its case for this invocation.
+
+    Nothing enters ``records.jsonl`` or the dialogue: a fault is not an answer of the model,
+    so a re-run asks the turn again (docs/engines.md, "Faults").
+    """
+    key_id = state.dialogue.case.key_id
+    state.fault = completion.error or "no answer"
+    summary.turns_faulted += 1
+    logger.warning("%s: no answer, the case stays unfinished: %s", prep.request.request_id,
+                   state.fault)
+    io.append_jsonl(faults_file, {"key_id": key_id, "turn": prep.turn.spec.name,
+                                  "request_id": prep.request.request_id,
+                                  "error": state.fault, "attempts": completion.attempts,
+                                  "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def _unanswered_faults(path: Path, records: dict[str, dict[str, dict[str, Any]]]
+                       ) -> dict[str, str]:
+    """key_id -> last fault of ``faults.jsonl`` whose turn has no record (still unanswered)."""
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for rec in io.read_jsonl(path):
+        key_id, turn = rec.get("key_id"), rec.get("turn")
+        if isinstance(key_id, str) and turn not in records.get(key_id, {}):
+            out[key_id] = str(rec.get("error") or "no answer")
+    return out
 
 
 def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
@@ -316,15 +436,42 @@ def encode_results(path: Path, states: Iterable[_CaseState], model_id: str) -> N
                            for key_id, s in new.items()})
     schema.parse_all_results(data, path)
     for key_id, result in data.items():
-        # a nested value is its standalone indent-2 text with each line shifted by one level
-        # (JSON strings hold no raw newlines)
-        new[key_id].result_json = (json.dumps(key_id, ensure_ascii=False) + ": "
-                                   + json.dumps(result, indent=2, ensure_ascii=False)
-                                   .replace("\n", "\n  "))
+        new[key_id].result_json = _indented(key_id, result)
 
 
-def _write_all_results(path: Path, states: Iterable[_CaseState], model_id: str) -> int:
+def _indented(key_id: str, value: Any) -> str:
+    """``"<key_id>": <value>`` as a member of the indent-2 top-level object."""
+    # a nested value is its standalone indent-2 text with each line shifted by one level
+    # (JSON strings hold no raw newlines)
+    return (json.dumps(key_id, ensure_ascii=False) + ": "
+            + json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  "))
+
+
+def unfinished_result(state: _CaseState) -> dict[str, Any]:
+    """The ``all_results.json`` entry of a selected case that did not finish.
+
+    Every stage block is empty and ``unfinished`` says why (``next_turn``, ``turns_answered``,
+    ``reason``): Stage 04 counts the case as missing, never as wrong answers
+    (docs/engines.md, "Faults").
+    """
+    dialogue = state.dialogue
+    case = dialogue.case
+    nxt = dialogue.next_turn
+    return {"key_id": case.key_id, "qa_path": case.qa_path, "detection_qa": {},
+            "contour_evaluation_qa": {}, "contour_revision_qa": {},
+            "attribute_extraction_qa": {},
+            "unfinished": {"next_turn": nxt.spec.name if nxt is not None else None,
+                           "turns_answered": len(dialogue.outcomes),
+                           "reason": state.fault or NOT_REACHED}}
+
+
+def _write_all_results(path: Path, states: Iterable[_CaseState], model_id: str,
+                       selected: Collection[str] = ()) -> int:
     """Rewrite ``all_results.json`` from the finished cases; returns their number.
+
+    Selected cases (``selected`` key_ids) that have not finished are written as
+    :func:`unfinished_result` entries, so the file lists every case the run was asked for; a
+    run whose cases all finished has none, and its file is the release's format.
 
     The text is byte-identical to ``io.write_json_atomic(path, results)`` (indent 2), but each
     case is built, validated and encoded once, when first written, and cached on its state:
@@ -335,10 +482,17 @@ def _write_all_results(path: Path, states: Iterable[_CaseState], model_id: str) 
     Raises:
         SchemaError: If a new case result does not validate (names the file and key_ids).
     """
+    states = list(states)
     finished = [s for s in states if s.dialogue.finished]
     encode_results(path, finished, model_id)
-    body = ",\n  ".join(s.result_json for s in finished)  # type: ignore[misc]
-    io.write_text_atomic(path, "{\n  " + body + "\n}\n" if finished else "{}\n")
+    parts = []
+    for state in states:
+        if state.result_json is not None:
+            parts.append(state.result_json)
+        elif state.dialogue.case.key_id in selected:
+            parts.append(_indented(state.dialogue.case.key_id, unfinished_result(state)))
+    body = ",\n  ".join(parts)
+    io.write_text_atomic(path, "{\n  " + body + "\n}\n" if parts else "{}\n")
     return len(finished)
 
 
@@ -352,6 +506,10 @@ class OpenedRun:
         states: Every case with records or selected, in benchmark order (replayed).
         active_states: The selected cases' states, in selection order.
         summary: The summary, with ``turns_resumed`` filled in.
+        faults_file: ``faults.jsonl``.
+        breaker: Stops the run when too many requests in a row get no answer.
+        give_up_unanswered: ``--give-up-unanswered``: cases whose turn got no answer are
+            accepted as missing.
     """
 
     records_file: Path
@@ -359,6 +517,28 @@ class OpenedRun:
     states: dict[str, _CaseState]
     active_states: list[_CaseState]
     summary: RunSummary
+    faults_file: Path
+    breaker: FaultBreaker
+    give_up_unanswered: bool = False
+
+    def write_results(self, model_id: str) -> int:
+        """Rewrite ``all_results.json`` (finished cases, unfinished selected ones marked)."""
+        selected = {s.dialogue.case.key_id for s in self.active_states}
+        return _write_all_results(self.results_file, self.states.values(), model_id, selected)
+
+    def finish(self, state: _CaseState, prep: PreparedTurn, completion: Completion,
+               model_id: str, batch_latency_s: float) -> dict[str, Any] | None:
+        """Handle one completion: the record to append, or None for a fault (logged, parked).
+
+        Raises:
+            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
+        """
+        if completion.status == FAULT:
+            record_fault(state, prep, completion, self.faults_file, self.summary)
+            self.breaker.observe(completion)
+            return None
+        self.breaker.observe(completion)
+        return finish_turn(state, prep, completion, self.summary, model_id, batch_latency_s)
 
 
 def open_run(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
@@ -396,13 +576,32 @@ def open_run(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if summary.turns_resumed:
         logger.info("resume: %d turn(s) already recorded; not requested again",
                     summary.turns_resumed)
+    faults_file = io.faults_path(run_dir)
+    earlier = {k: v for k, v in _unanswered_faults(faults_file, records).items()
+               if k in selected}
+    if earlier:
+        if settings.give_up_unanswered:
+            for key_id, reason in earlier.items():
+                states[key_id].fault = reason
+                summary.given_up.add(key_id)
+            logger.warning("--give-up-unanswered: %d case(s) whose turn got no answer earlier "
+                           "are not asked again (counted as missing)", len(earlier))
+        else:
+            logger.info("asking again %d turn(s) that got no answer earlier", len(earlier))
     return OpenedRun(records_file, results_file, states, [states[c.key_id] for c in cases],
-                     summary)
+                     summary, faults_file, FaultBreaker(settings.max_consecutive_faults),
+                     settings.give_up_unanswered)
 
 
 def finish_turn(state: _CaseState, prep: PreparedTurn, completion: Completion,
                 summary: RunSummary, model_id: str, batch_latency_s: float) -> dict[str, Any]:
-    """Score a completion, commit it to the dialogue, count it; returns the record to append."""
+    """Score a completion, commit it to the dialogue, count it; returns the record to append.
+
+    Raises:
+        ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`).
+    """
+    if completion.status == FAULT:
+        raise ValueError(f"{prep.request.request_id}: a fault is not an answer")
     parsed, correct = score_completion(prep, completion)
     record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
                      batch_latency_s)
@@ -416,12 +615,22 @@ def finish_turn(state: _CaseState, prep: PreparedTurn, completion: Completion,
     return record
 
 
+def _next_index(state: _CaseState) -> int | None:
+    """Turn index of the case's next turn (None when finished)."""
+    turn = state.dialogue.next_turn
+    return None if turn is None else turn.spec.index
+
+
 def finalize_summary(opened: OpenedRun) -> RunSummary:
     """Count finished cases and statuses of the selected cases into the summary."""
     summary = opened.summary
     for state in opened.active_states:
         summary.cases_finished += state.dialogue.finished
         summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
+        if not state.dialogue.finished:
+            summary.unfinished[state.dialogue.case.key_id] = state.fault or NOT_REACHED
+            if opened.give_up_unanswered and state.fault is not None:
+                summary.given_up.add(state.dialogue.case.key_id)
     return summary
 
 
@@ -450,7 +659,7 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     run_dir = Path(run_dir)
     opened = open_run(bundle, cases, model, settings, run_dir, overwrite=overwrite)
     records_file, results_file = opened.records_file, opened.results_file
-    states, active_states, summary = opened.states, opened.active_states, opened.summary
+    active_states, summary = opened.active_states, opened.summary
     turn_indices: Iterable[int] = range(NUM_TURNS)
     if progress is not None:
         turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
@@ -458,8 +667,7 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     dirty = False
     try:
         for t in turn_indices:
-            batch = [s for s in active_states
-                     if (nt := s.dialogue.next_turn) is not None and nt.spec.index == t]
+            batch = [s for s in active_states if s.runnable and _next_index(s) == t]
             if not batch:
                 continue
             prepared = [s.dialogue.prepare() for s in batch]
@@ -471,20 +679,22 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                 raise ProviderError(f"provider {settings.provider} returned {len(completions)} "
                                     f"completion(s) for {len(prepared)} request(s)")
             for state, prep, completion in zip(batch, prepared, completions, strict=True):
-                io.append_jsonl(records_file, finish_turn(state, prep, completion, summary,
-                                                          settings.model, elapsed))
+                record = opened.finish(state, prep, completion, settings.model, elapsed)
                 dirty = True
+                if record is None:
+                    continue
+                io.append_jsonl(records_file, record)
                 if state.dialogue.finished:
                     unsaved += 1
             logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
                         TURNS[t].name, len(batch), elapsed)
             if unsaved >= settings.save_every:
-                n = _write_all_results(results_file, states.values(), settings.model)
+                n = opened.write_results(settings.model)
                 logger.info("checkpoint: %d finished case(s) in %s", n, results_file)
                 unsaved, dirty = 0, False
     finally:
         # Also after a resume: a kill between the last record and the last rewrite leaves
         # all_results.json behind records.jsonl.
         if dirty or summary.turns_resumed or not results_file.exists():
-            _write_all_results(results_file, states.values(), settings.model)
+            opened.write_results(settings.model)
     return finalize_summary(opened)
