@@ -140,6 +140,7 @@ def test_parsed_text_is_sorted_and_comma_joined():
 
 
 def test_payload_requires_the_whole_line_to_be_an_answer():
-    assert parse_payload("2 because the mask is off", ["Yes", "No"]) is None
+    assert parse_payload("2 because the mask is off", ["Yes", "No"]) == [2]  # justification
+    assert parse_payload("2 the mask is off", ["Yes", "No"]) is None  # bare space: no
     assert parse_payload("(2) No", ["Yes", "No"]) == [2]
     assert parse_payload("(1) No", ["Yes", "No"]) is None  # text of another option

@@ -2,23 +2,54 @@ r"""Stage 03: strict answer parsing of raw model output into option indices and 
 
 The parser reads only what the model declared; it never guesses. The release's fallback of
 taking *all integers anywhere in the text* (original_release_spec.md section 5.5, defect 11 in
-section 8) is not reproduced: text that does not declare an answer is ``unparseable``.
+section 8) is not reproduced: text that does not declare an answer is ``unparseable``. The
+rules below are applied in this order; ``docs/parsing.md``, section "Parser rules", gives them
+with examples, what stays unparseable, and the statuses.
 
-Order of operations:
-
-1. Provider failures keep their status (``error``, ``refused``).
-2. Reasoning is removed: text after the last ``</think>`` (or Gemma's ``<unused95>``) is kept;
-   an unclosed ``<think>`` / ``<unused94>`` leaves nothing after it, so the answer is
-   ``truncated`` when the output hit the token limit and ``unparseable`` otherwise.
-3. Wrappers are removed: other ``<unusedN>`` tokens, ``$``, markdown emphasis, code ticks and
+1. Provider outcomes keep their status (``error``, ``refused``, ``blocked``).
+2. Full-width forms are mapped to ASCII by an explicit table (``：（），；［］【】．。－``, the
+   ideographic space and ``０``-``９``; ``、`` becomes a comma, a list separator). ASCII
+   replies skip this step.
+3. Chat-template tokens that a server did not strip are removed and the reply's own turn is
+   kept: the first non-blank stretch that is not a user/system turn, ending at the first
+   end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ``<|eom_id|>``, ``<end_of_turn>``,
+   ``<eos>``, ``</s>``, ``<|endoftext|>``, ``<|end_of_text|>``, ``<|end|>``, ``[/INST]``) or
+   turn-start token (``<|im_start|>ROLE``, ``<start_of_turn>ROLE``,
+   ``<|start_header_id|>ROLE<|end_header_id|>``, ``<|user|>``, ``<|assistant|>``,
+   ``[INST]``). What follows (a new turn the model invented) is dropped. Padding tokens
+   (``<s>``, ``<bos>``, ``<|begin_of_text|>``, ``[gMASK]``, ``<sop>``, ``<eop>``) are
+   dropped wherever they are. A reply closed by such a token was not cut by the token limit.
+4. Reasoning is removed: text after the last ``</think>`` (or Gemma's ``<unused95>``, or a
+   ``## Final Response`` heading) is kept; an unclosed ``<think>`` / ``<unused94>``, or a reply
+   that opens with a ``## Thinking`` heading and never reaches ``## Final Response``, leaves
+   nothing after it, so the answer is ``truncated`` when the output hit the token limit and
+   ``unparseable`` otherwise.
+5. Wrappers are removed: other ``<unusedN>`` tokens, ``$``, markdown emphasis, code ticks and
    heading marks. A GLM ``<|begin_of_box|>..<|end_of_box|>``, a ``\boxed{..}`` and an
    ``<answer>..</answer>`` tag each count as an ``Answer:`` line.
-4. The *last* ``Answer:`` declaration wins (its line; if empty, the next non-empty line); without
-   one, the last "the answer is ..." phrase; without either, a one-line bare response.
-5. The declaration must be, in full: option numbers (``2``, ``(2)``, ``[2]``, ``option 2``, each
-   optionally followed by its own option text) joined by commas, semicolons, ``&`` or ``and``;
-   or the exact text of an option (case-insensitive), or several option texts joined by commas.
-6. Out-of-range numbers, several numbers for a single-choice question, or "None" together with
+6. The *last* ``Answer:`` declaration wins (the rest of its line; if empty, the next non-empty
+   line); without one, the last "the answer is ..." phrase; without either, a one-line bare
+   response.
+7. That payload must be, from its start, an *answer*:
+
+   * option numbers (``2``, ``(2)``, ``[2]``, ``option 2``, or ``2)``/``2]`` with a lone
+     closing bracket), each optionally followed by its own option text (``2: No``,
+     ``(1) Yes``, ``1. Yes``, ``2 (No)``, ``2 - 2 zones``), joined by commas, semicolons,
+     ``&`` or ``and``; a lone opening bracket (``(2``) is not an answer;
+   * or the text of an option, case-insensitive; also the text without a trailing
+     parenthetical when that names one option only (``None of the above`` for
+     ``None of the above (options 1-3)``), and for multi-select questions ``none`` /
+     ``none of the above`` for the "None" option; or several option texts joined by commas;
+
+   optionally followed by a *justification*: text after ``because``, ``since``, ``given
+   that`` or ``due to`` (any text), or after a dash (`` - ``, ``–``, ``—``), colon,
+   semicolon, period or opening bracket (text that starts with a letter and not with a hedge
+   word such as ``or``, ``and``, ``maybe``; after a dash, colon, semicolon or bracket it must
+   not start with the text of an option that was not chosen, after a period it must not be
+   such a text). A single-choice number that echoed its option text may also take a comma and
+   a justification (``(2) No, the mask ...``). Nothing else may follow: words after a bare
+   space are not a justification (``Answer: 2 zones`` is option 2 only when that is its text).
+8. Out-of-range numbers, several numbers for a single-choice question, or "None" together with
    other options make the answer ``unparseable``.
 """
 
@@ -31,6 +62,8 @@ from dataclasses import dataclass
 
 #: Parse statuses (``chexpercept.schema.STATUSES``); anything but ``ok`` scores as wrong.
 OK, UNPARSEABLE, REFUSED, TRUNCATED, ERROR = "ok", "unparseable", "refused", "truncated", "error"
+#: A provider-side filter withheld the response (not the model's own refusal).
+BLOCKED = "blocked"
 
 #: Finish reasons meaning "stopped at the token limit" (vLLM/OpenAI, Anthropic, Gemini).
 LENGTH_FINISH_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})
@@ -42,7 +75,8 @@ class ParsedAnswer:
 
     Attributes:
         answer: Sorted distinct 1-based option indices, or None unless ``status == "ok"``.
-        status: One of ``ok``, ``unparseable``, ``refused``, ``truncated``, ``error``.
+        status: One of ``ok``, ``unparseable``, ``refused``, ``truncated``, ``error``,
+            ``blocked``.
         detail: Why the answer was not accepted ('' when ok).
     """
 
@@ -56,8 +90,35 @@ class ParsedAnswer:
         return ",".join(str(i) for i in self.answer) if self.answer else ""
 
 
+# Full-width forms (docs/parsing.md, "Parser rules", rule 2): an explicit table rather than
+# NFKC, which would also rewrite ligatures, superscripts and other letters of the reply.
+_FULL_WIDTH = str.maketrans({
+    "：": ":", "（": "(", "）": ")", "，": ",", "、": ",", "；": ";", "［": "[", "］": "]",
+    "【": "[", "】": "]", "．": ".", "。": ".", "－": "-", "\u3000": " ",
+    **{chr(0xFF10 + d): str(d) for d in range(10)},
+})
+
+# Chat-template tokens (docs/parsing.md, "Parser rules", rule 3). Turn starts may carry a role;
+# ``[/INST]`` ends the user's turn, so what follows it is the assistant's.
+_ROLES = "assistant|user|system|model|tool|ipython|developer|human|observation"
+_PROMPT_ROLES = frozenset({"user", "system", "developer", "human", "tool", "ipython",
+                           "observation"})
+# Every token starts with "<" or "[" (``_first_turn_mark`` relies on it).
+_TURN_MARK = re.compile(
+    rf"<(?:(?:\|im_start\||start_of_turn)>[ \t]*(?:(?P<role>{_ROLES})(?![A-Za-z]))?"
+    r"|\|start_header_id\|>\s*(?P<hrole>[A-Za-z_]*)\s*<\|end_header_id\|>"
+    r"|\|(?P<grole>user|assistant|system|observation)\|>"
+    r"|(?P<end>\|im_end\|>|\|eot_id\|>|\|eom_id\|>|end_of_turn>|/s>|eos>|\|endoftext\|>"
+    r"|\|end_of_text\|>|\|end\|>)"
+    r"|(?P<noise>s>|bos>|\|begin_of_text\|>|sop>|eop>|\|start_header_id\|>|\|end_header_id\|>))"
+    r"|\[(?:(?P<inst>INST\])|(?P<endinst>/INST\])|(?P<pad>gMASK\]))")
+
 _CLOSE_TAGS = re.compile(r"</think\s*>|<unused95>", re.IGNORECASE)
 _OPEN_TAGS = re.compile(r"<think\s*>|<unused94>", re.IGNORECASE)
+# Case-sensitive, so that ``_strip_reasoning`` can look for "esponse"/"ESPONSE" first.
+_FINAL_RESPONSE = re.compile(
+    r"^[ \t]*#+[ \t]*(?:[Ff]inal[ \t]+[Rr]esponse|FINAL[ \t]+RESPONSE)[ \t]*:?", re.M)
+_THINKING_HEADING = re.compile(r"\s*#+[ \t]*thinking\b", re.IGNORECASE)
 _UNUSED = re.compile(r"<unused\d+>")
 _GLM_BOX_OPEN = re.compile(r"<\|begin_of_box\|>")
 _GLM_BOX_CLOSE = re.compile(r"<\|end_of_box\|>")
@@ -75,14 +136,34 @@ _WHITESPACE_RUN = re.compile(r"\s+")
 _HEADING = re.compile(r"(?m)^\s*#+\s*")
 _TEXT_SPLITTERS = (re.compile(r"\s*[,;]\s*(?:and\s+)?", re.I), re.compile(r"\s+and\s+", re.I))
 _BRACKETS = re.compile(r"[\[\]()]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+#: First and last characters that enclose a whole payload (``[1, 3]``, ``"2"``).
+_ENCLOSERS = ("[]", "()", "{}", '""', "''", "“”")
+# A number: ``(2)``, ``[2]``, or ``2`` optionally closed by a lone ``)``/``]`` (``2)``).
 _NUMBER_ITEM = re.compile(
-    r"(?:options?\s*)?(?:\(\s*(\d+)\s*\)|\[\s*(\d+)\s*\]|(\d+)(?!\d)(?!\.\d))", re.IGNORECASE)
+    r"(?:options?\s*)?(?:\(\s*(\d+)\s*\)|\[\s*(\d+)\s*\]|(\d+)(?!\d)(?!\.\d)[)\]]?)",
+    re.IGNORECASE)
 _SEPARATOR = re.compile(r"\s*(?:,\s*(?:and\s+)?|;\s*|&\s*|and\s+)", re.IGNORECASE)
 _TEXT_LEAD = re.compile(r"\s*(?:[:\-–—.]\s*)?")
+# What introduces a justification (docs/parsing.md, "Parser rules", rule 7). A hyphen-minus
+# needs a space on one side, so ``2-3`` and ``2-zone`` are not a number and a justification.
+_JUSTIFY_LEAD = re.compile(
+    r"(?P<word>\s*,?\s+(?:because|since|given\s+that|due\s+to)\b)"
+    r"|(?P<period>\s*\.\s*)"
+    r"|(?P<comma>\s*,\s*)"
+    r"|\s+-\s*|\s*-\s+|\s*[–—:;]\s*|\s*[(\[]\s*", re.IGNORECASE)
+#: Words that open a hedge rather than a justification (``2 - or 3``, ``2 (maybe 3)``).
+_HEDGE_START = re.compile(
+    r"(?:or|nor|and|maybe|perhaps|possibly|either|to|through|vs|versus|also|plus)(?![A-Za-z])",
+    re.IGNORECASE)
+#: A trailing parenthetical of an option text (``None of the above (options 1-3)``).
+_PARENTHETICAL_TAIL = re.compile(r"\s*\([^()]*\)\s*\.?$")
+#: Phrases that select the "None" option of a multi-select question.
+_NONE_PHRASES = ("none", "none of the above", "none of these", "none of them",
+                 "none of the options")
+_QUOTES = "\"'“‘"
 _REFUSAL = re.compile(
     r"\b(?:i'?m sorry|i am sorry|i cannot|i can'?t|i can not|i am unable|i'?m unable|"
-    r"i am not able|unable to (?:provide|assist|help)|as an ai)\b", re.IGNORECASE)
+    r"i am not able|i'?m not able|unable to (?:provide|assist|help)|as an ai)\b", re.IGNORECASE)
 #: Words one of which every ``_REFUSAL`` match contains (lower-case ASCII text).
 _REFUSAL_WORDS = ("sorry", "i can", "unable", "not able", "as an ai")
 
@@ -96,15 +177,81 @@ def _is_refusal(text: str) -> bool:
     return _REFUSAL.search(text) is not None
 
 
+def _to_ascii_forms(text: str) -> str:
+    """``text`` with the full-width forms of ``_FULL_WIDTH`` mapped to ASCII."""
+    return text if text.isascii() else text.translate(_FULL_WIDTH)
+
+
+def _turn_role(m: re.Match[str]) -> str | None:
+    """Role of the turn that the chat-template token ``m`` starts (None: the reply's own)."""
+    if m.group("inst") is not None:
+        return "user"
+    role = m.group("role") or m.group("hrole") or m.group("grole")
+    return role.lower() if role else None
+
+
+def _first_turn_mark(text: str) -> re.Match[str] | None:
+    """The first chat-template token in ``text``, or None.
+
+    Same result as ``_TURN_MARK.search``, but the pattern is tried only at each "<" and "["
+    (a reply holds few), which is several times faster on long reasoning.
+    """
+    best: re.Match[str] | None = None
+    for char in "<[":
+        at = text.find(char)
+        while at >= 0 and (best is None or at < best.start()):
+            m = _TURN_MARK.match(text, at)
+            if m is not None:
+                best = m
+                break
+            at = text.find(char, at + 1)
+    return best
+
+
+def _reply_turn(text: str) -> tuple[str, bool]:
+    """The reply's own turn, without chat-template tokens, and whether a token ended it.
+
+    The reply is the first non-blank stretch between turn boundaries (end-of-turn and
+    turn-start tokens) that is not a user/system turn; padding tokens are dropped.
+    """
+    first = _first_turn_mark(text)
+    if first is None:
+        return text, False
+    role: str | None = None
+    pieces: list[str] = []
+    pos = 0
+    for m in _TURN_MARK.finditer(text, first.start()):
+        pieces.append(text[pos:m.start()])
+        pos = m.end()
+        if m.group("noise") is not None or m.group("pad") is not None:
+            continue
+        segment = "".join(pieces)
+        pieces = []
+        if role not in _PROMPT_ROLES and segment.strip():
+            return segment, True
+        role = _turn_role(m)
+    pieces.append(text[pos:])
+    return ("" if role in _PROMPT_ROLES else "".join(pieces)), False
+
+
 def _strip_reasoning(text: str) -> tuple[str, bool]:
     """Text after the last reasoning block, and whether a reasoning block was left open."""
-    if "<" not in text:  # every reasoning tag starts with "<"
-        return text, False
-    closes = list(_CLOSE_TAGS.finditer(text))
-    tail = text[closes[-1].end():] if closes else text
-    opened = _OPEN_TAGS.search(tail)
-    if opened:
-        return tail[:opened.start()], True
+    tail = text
+    if "<" in tail:  # every reasoning tag starts with "<"
+        closes = list(_CLOSE_TAGS.finditer(tail))
+        if closes:
+            tail = tail[closes[-1].end():]
+    if "#" in tail:  # HuatuoGPT's "## Thinking" ... "## Final Response"
+        heads = (list(_FINAL_RESPONSE.finditer(tail))
+                 if "esponse" in tail or "ESPONSE" in tail else [])
+        if heads:
+            tail = tail[heads[-1].end():]
+        elif _THINKING_HEADING.match(tail):
+            return "", True
+    if "<" in tail:
+        opened = _OPEN_TAGS.search(tail)
+        if opened:
+            return tail[:opened.start()], True
     return tail, False
 
 
@@ -138,7 +285,7 @@ def _payload_after(text: str, end: int, *, next_line: bool) -> str:
             if candidate.strip():
                 line = candidate
                 break
-    return _SENTENCE_END.split(line.strip(), maxsplit=1)[0]
+    return line.strip()
 
 
 def _last_declaration_end(pattern: re.Pattern[str], text: str) -> int | None:
@@ -183,61 +330,148 @@ def _norm(text: str) -> str:
     return text.strip(" .\"'")
 
 
+def _text_pattern(text: str) -> re.Pattern[str]:
+    """Pattern of a normalised option text, bare or in brackets, at a word end."""
+    body = r"\s+".join(re.escape(word) for word in text.split(" "))
+    # A full stop after a bare form is left to the caller (end of answer or a justification).
+    return re.compile(rf"(?:\(\s*{body}\s*\.?\s*\)|{body})(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _OptionForms:
+    """The written forms of a question's options (docs/parsing.md, "Parser rules", rule 7).
+
+    Attributes:
+        by_text: Normalised form -> 1-based option index.
+        prefixes: (index, pattern) of every form, longest form first.
+        echoes: Index -> patterns of that option's forms, longest first.
+        initials: First characters of the forms (skips the prefix scan for other payloads).
+        shortest: Length of the shortest form (a shorter payload is no form and more).
+    """
+
+    by_text: dict[str, int]
+    prefixes: tuple[tuple[int, re.Pattern[str]], ...]
+    echoes: dict[int, tuple[re.Pattern[str], ...]]
+    initials: frozenset[str]
+    shortest: int
+
+
 @functools.lru_cache(maxsize=1024)
-def _norm_options(option_texts: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(_norm(option) for option in option_texts)
+def _option_forms(option_texts: tuple[str, ...], none_index: int | None) -> _OptionForms:
+    """Forms of the options: full texts, unambiguous short forms, and "None" phrases.
+
+    ``none_index`` is the "None" option of a multi-select question (None otherwise).
+    """
+    full = [_norm(_to_ascii_forms(option)) for option in option_texts]
+    by_text: dict[str, int] = {}
+    for i, option in enumerate(full, start=1):
+        by_text.setdefault(option, i)
+    extra: dict[str, set[int]] = {}
+    for i, option in enumerate(full, start=1):
+        short = _norm(_PARENTHETICAL_TAIL.sub("", option))
+        if short and short != option:
+            extra.setdefault(short, set()).add(i)
+    if none_index is not None:
+        for phrase in _NONE_PHRASES:
+            extra.setdefault(phrase, set()).add(none_index)
+    for form, indices in extra.items():
+        if len(indices) == 1 and form not in by_text:  # full texts win; ambiguity drops a form
+            by_text[form] = next(iter(indices))
+    by_text.pop("", None)
+    ordered = sorted(by_text.items(), key=lambda item: -len(item[0]))
+    prefixes = tuple((i, _text_pattern(form)) for form, i in ordered)
+    echoes: dict[int, tuple[re.Pattern[str], ...]] = {}
+    for i, pattern in prefixes:
+        echoes[i] = (*echoes.get(i, ()), pattern)
+    initials = frozenset(form[0] for form in by_text) | frozenset("(")
+    shortest = min((len(form) for form in by_text), default=0)
+    return _OptionForms(by_text, prefixes, echoes, initials, shortest)
 
 
-def _match_option(text: str, option_texts: Sequence[str]) -> int | None:
+def _is_justification(rest: str, chosen: set[int], forms: _OptionForms, *,
+                      allow_comma: bool) -> bool:
+    """Whether ``rest`` (the text after an answer) is a justification, not more of an answer.
+
+    See docs/parsing.md, "Parser rules", rule 7: ``because``-style words introduce any text;
+    after punctuation the text must start with a letter and not with a hedge word; after a
+    period it must not be, and after other punctuation not start with, the text of an option
+    outside ``chosen``. A comma leads a justification only where ``allow_comma``.
+    """
+    m = _JUSTIFY_LEAD.match(rest)
+    if m is None:
+        return False
+    text = rest[m.end():]
+    if m.group("word") is not None:
+        return bool(text.strip())
+    if m.group("comma") is not None and not allow_comma:
+        return False
+    text = text.lstrip(_QUOTES)
+    if not text[:1].isalpha() or _HEDGE_START.match(text):
+        return False
+    if m.group("period") is not None:  # a new sentence; only a bare other option is refused
+        other = forms.by_text.get(_norm(text))
+        return other is None or other in chosen
+    return not any(i not in chosen and p.match(text) for i, p in forms.prefixes)
+
+
+def _ends_item(s: str, pos: int) -> bool:
+    """Whether an answer item may end at ``pos``: end, separator or justification follows."""
+    rest = s[pos:]
+    return (not rest.strip() or _SEPARATOR.match(rest) is not None
+            or _JUSTIFY_LEAD.match(rest) is not None)
+
+
+def _match_option(text: str, forms: _OptionForms) -> int | None:
     target = _norm(text)
-    if not target:
-        return None
-    for i, option in enumerate(_norm_options(tuple(option_texts)), start=1):
-        if option == target:
-            return i
-    return None
+    return forms.by_text.get(target) if target else None
 
 
-def _parse_option_texts(payload: str, option_texts: Sequence[str]) -> list[int] | None:
-    whole = _match_option(payload, option_texts)
+def _parse_option_texts(payload: str, forms: _OptionForms) -> list[int] | None:
+    whole = _match_option(payload, forms)
     if whole is not None:
         return [whole]
     for splitter in _TEXT_SPLITTERS:
         parts = [p for p in splitter.split(payload.strip().rstrip(".")) if p]
         if len(parts) < 2:
             continue
-        found = [_match_option(p, option_texts) for p in parts]
+        found = [_match_option(p, forms) for p in parts]
         if all(i is not None for i in found):
             return [i for i in found if i is not None]
+    # A form and a justification are longer than the form; an ASCII payload can only start
+    # with a form's first letter or "(" (IGNORECASE folds a few non-ASCII letters to ASCII).
+    if len(payload) <= forms.shortest or (payload.isascii()
+                                          and payload[:1].lower() not in forms.initials):
+        return None
+    for i, pattern in forms.prefixes:  # one option's text, then a justification
+        m = pattern.match(payload)
+        if m and _is_justification(payload[m.end():], {i}, forms, allow_comma=False):
+            return [i]
     return None
 
 
-def _skip_option_text(s: str, pos: int, number: int, option_texts: Sequence[str]) -> int:
-    """Position after ``number``'s own option text at ``pos`` (as in ``(2) No``), else ``pos``."""
-    if not 1 <= number <= len(option_texts):
-        return pos
-    pattern = _option_text_pattern(option_texts[number - 1])
-    if pattern is None:
+def _skip_option_text(s: str, pos: int, number: int, forms: _OptionForms) -> int:
+    """Position after ``number``'s own option text at ``pos`` (as in ``(2) No``), else ``pos``.
+
+    The echo counts only where an answer item may end (``2 - no lesion is missed`` is the
+    number 2 and a justification, not 2, "No" and stray words).
+    """
+    patterns = forms.echoes.get(number)
+    if not patterns:
         return pos
     lead = _TEXT_LEAD.match(s, pos)
     start = lead.end() if lead else pos
-    m = pattern.match(s, start)
-    return m.end() if m else pos
+    for pattern in patterns:
+        m = pattern.match(s, start)
+        if m and _ends_item(s, m.end()):
+            return m.end()
+    return pos
 
 
-@functools.lru_cache(maxsize=1024)
-def _option_text_pattern(option_text: str) -> re.Pattern[str] | None:
-    option = re.escape(_norm(option_text))
-    if not option:
-        return None
-    return re.compile(rf"(?:\(\s*{option}\s*\.?\s*\)|{option}\.?)(?![A-Za-z0-9])", re.I)
-
-
-def _parse_numbers(payload: str, option_texts: Sequence[str]) -> list[int] | None:
+def _parse_numbers(payload: str, forms: _OptionForms, multi_select: bool) -> list[int] | None:
     s = payload.strip()
-    if len(s) >= 2 and s[0] + s[-1] in ("[]", "()", "{}") and not _BRACKETS.search(s[1:-1]):
-        s = s[1:-1]
-    pos, numbers = 0, []
+    if len(s) >= 2 and s[0] + s[-1] in _ENCLOSERS and not _BRACKETS.search(s[1:-1]):
+        s = s[1:-1].strip()
+    pos, numbers, echoed = 0, [], False
     while True:
         while pos < len(s) and s[pos].isspace():
             pos += 1
@@ -246,14 +480,19 @@ def _parse_numbers(payload: str, option_texts: Sequence[str]) -> list[int] | Non
             return None
         number = int(next(g for g in m.groups() if g is not None))
         numbers.append(number)
-        pos = _skip_option_text(s, m.end(), number, option_texts)
+        pos = _skip_option_text(s, m.end(), number, forms)
+        echoed = pos != m.end()
         sep = _SEPARATOR.match(s, pos)
-        if sep and sep.end() < len(s):
+        if sep and _NUMBER_ITEM.match(s, sep.end()):
             pos = sep.end()
             continue
         break
-    rest = s[pos:].strip()
-    return numbers if rest in ("", ".") else None
+    rest = s[pos:]
+    if rest.strip() in ("", "."):
+        return numbers
+    allow_comma = echoed and not multi_select
+    return numbers if _is_justification(rest, set(numbers), forms,
+                                        allow_comma=allow_comma) else None
 
 
 def parse_payload(payload: str, option_texts: Sequence[str] = (), *,
@@ -263,29 +502,31 @@ def parse_payload(payload: str, option_texts: Sequence[str] = (), *,
     Args:
         payload: One line of text.
         option_texts: Option labels in order (exact, case-insensitive text answers).
-        multi_select: For multi-select questions a bare ``none`` selects ``none_index``.
+        multi_select: For multi-select questions ``none`` / ``none of the above`` select
+            ``none_index``, and a comma after an answer always continues a list.
         none_index: 1-based index of the "None" option, if any.
 
     Returns:
         Indices in the order given (not yet range-checked), or None if the payload is not, in
-        full, an answer.
+        full, an answer optionally followed by a justification.
     """
+    if not payload.isascii():
+        payload = payload.translate(_FULL_WIDTH)
     payload = payload.strip()
     if not payload:
         return None
-    by_text = _parse_option_texts(payload, option_texts)
+    forms = _option_forms(tuple(option_texts), none_index if multi_select else None)
+    by_text = _parse_option_texts(payload, forms)
     if by_text is not None:
         return by_text
-    if multi_select and none_index is not None and _norm(payload) == "none":
-        return [none_index]
-    return _parse_numbers(payload, option_texts)
+    return _parse_numbers(payload, forms, multi_select)
 
 
 def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = False,
                  option_texts: Sequence[str] = (), none_index: int | None = None,
                  finish_reason: str | None = None,
                  completion_status: str = "ok") -> ParsedAnswer:
-    """Parse one raw response strictly (see the module docstring for the rules).
+    """Parse one raw response strictly (see docs/parsing.md, "Parser rules").
 
     Args:
         raw: Raw model output (None or '' when the provider returned nothing).
@@ -295,8 +536,9 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
         none_index: 1-based index of the "None" option of a multi-select question; it is only
             valid alone.
         finish_reason: Provider finish reason; ``length`` turns a missing answer into
-            ``truncated``.
-        completion_status: The provider's status (``ok``, ``refused``, ``truncated``, ``error``).
+            ``truncated`` unless an end-of-turn token closed the reply.
+        completion_status: The provider's status (``ok``, ``refused``, ``truncated``,
+            ``error``, ``blocked``).
 
     Returns:
         The parsed answer and its status.
@@ -305,8 +547,17 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
         return ParsedAnswer(None, ERROR, "provider error")
     if completion_status == REFUSED:
         return ParsedAnswer(None, REFUSED, "provider refused")
-    cut_off = completion_status == TRUNCATED or finish_reason in LENGTH_FINISH_REASONS
-    final, unclosed = _strip_reasoning(raw or "")
+    if completion_status == BLOCKED:
+        return ParsedAnswer(None, BLOCKED, "provider blocked the response")
+    text = raw or ""
+    if not text.isascii():
+        text = text.translate(_FULL_WIDTH)
+    reply, turn_closed = text, False
+    if "<" in text or "[" in text:  # every chat-template token starts with one of them
+        reply, turn_closed = _reply_turn(text)
+    cut_off = not turn_closed and (completion_status == TRUNCATED
+                                   or finish_reason in LENGTH_FINISH_REASONS)
+    final, unclosed = _strip_reasoning(reply)
     final = _clean(final).strip()
 
     def _missing(detail: str) -> ParsedAnswer:
