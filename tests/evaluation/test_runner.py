@@ -310,3 +310,28 @@ def test_a_fault_is_never_recorded_and_its_case_alone_waits_for_the_rerun(bundle
     assert summary.unfinished == {} and summary.unfinished_message() is None
     assert [i for call in again.calls for i in call][0] == faulty
     assert _results(tmp_path / "run") == _results(tmp_path / "ref")
+
+
+def test_a_provider_block_is_recorded_as_blocked_and_counted_apart_from_refusals(bundle,
+                                                                                 tmp_path):
+    from chexpercept.analysis.extended import analyse_run_file
+    from chexpercept.analysis.runs import run_from_dir
+
+    def answer(request):
+        if request.request_id == f"{RR}/detection_qa":
+            return Completion("", status="blocked", finish_reason="SAFETY",
+                              error="the provider withheld the answer (SAFETY)")
+        if request.request_id.startswith("cardiomegaly_s50000004"):
+            return "I'm sorry, I cannot help with that."
+        return right(request)
+
+    run_dir = tmp_path / "oracle_implicit"
+    _run(bundle, run_dir, ScriptedModel(answer))
+    records = {r["request_id"]: r for r in map(json.loads,
+                                               io.records_path(run_dir).read_text().splitlines())}
+    blocked = records[f"{RR}/detection_qa"]
+    assert blocked["status"] == "blocked" and blocked["correct"] is False
+    assert _results(run_dir)[RR]["detection_qa"]["status"] == "blocked"
+    table = analyse_run_file(run_from_dir(run_dir), n_boot=0, seed=0).table
+    counts = dict(zip(schema.STATUSES, table.status.sum(axis=(0, 1)).tolist(), strict=True))
+    assert counts["blocked"] == 1 and counts["refused"] >= 1

@@ -44,8 +44,9 @@ from utils.llm.pricing import cost_usd
 
 logger = logging.getLogger(__name__)
 
-#: Version of the dialogue + parsing protocol; bump when either changes what a run produces.
-PROTOCOL_VERSION = 1
+#: Version of the dialogue + parsing protocol; bump when either changes what a run produces
+#: (2: the parser rules of docs/parsing.md, the ``blocked`` status and ``fault`` turns).
+PROTOCOL_VERSION = 2
 
 #: Manifest fields that must match for a run to be resumed.
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
