@@ -12,6 +12,8 @@ import pytest
 
 from chexpercept.anatomy.provided import load_case_anatomy
 from chexpercept.deformation import DeformationParams, deform_case, optimal_components
+from chexpercept.deformation import pipeline as pipeline_mod
+from chexpercept.deformation import points as points_mod
 from chexpercept.deformation import sam as sam_mod
 from chexpercept.deformation.pipeline import DeformationSettings, DeformationTask, run_case
 from chexpercept.errors import ConfigError
@@ -168,3 +170,77 @@ def test_sam2_random_tiny_model_through_the_backend(tmp_path):
         ids = [g["mask_component_id"] for g in item["geometrical_mask_infos"]]
         assert ids == [str(i) for i in range(len(ids))]
     assert settings.sam in sam_mod._PREDICTORS  # loaded once, cached for the process
+
+
+# ------------------------------------------- prompts (docs/deformation.md, "SAM prompts")
+def test_an_empty_component_is_skipped_with_its_reason():
+    empty = np.zeros((1024, 1024), bool)
+    comp = stage01_inputs.ellipse(720, 350, 60, 70)
+    pred = EchoPredictor()
+    assert not sam_mod.refine_component(pred, empty, 1000).any()
+    assert pred.images == 0 and pred.calls == []  # no prompt at the centroid of no pixels
+    skipped = []
+    out = sam_mod.refine_components(pred, [empty, comp], 1000, skipped=skipped)
+    assert len(out) == 1 and (out[0] ^ comp).sum() < 0.05 * comp.sum()
+    assert [(s.component, s.reason) for s in skipped] == [(0, sam_mod.SKIP_EMPTY_COMPONENT)]
+    assert skipped[0].to_json()["detail"].startswith("the component has no pixel")
+    assert pred.images == 1 and all(np.isfinite(c["points"]).all() for c in pred.calls)
+
+
+def test_a_component_touching_the_border_prompts_inside_the_image():
+    comp = np.zeros((1024, 1024), bool)
+    comp[900:, :130] = True  # touches the left and bottom borders
+    pred = EchoPredictor()
+    sam_mod.refine_component(pred, comp, 1000)
+    sent = np.concatenate([c["points"] for c in pred.calls]).astype(int)
+    assert sent.min() >= 0 and sent.max() <= 1023
+    assert comp[sent[:, 1], sent[:, 0]].all()  # every prompt lies in the component
+    assert [0, 960] in sent.tolist()  # a grid point on the border itself is kept
+    # Edit points on the last row/column are sent as they are; one pixel further is refused.
+    realise = sam_mod.SamRealiser(EchoPredictor(), np.full((1024, 1024), 90, np.uint8), 1000)
+    realise(comp, comp, [[129, 1023]], [[0, 899]])
+    last = realise.predictor.calls[-1]
+    assert last["points"][-2:].tolist() == [[129.0, 1023.0], [0.0, 899.0]]
+    assert last["labels"][-2:].tolist() == [1, 0]
+    with pytest.raises(points_mod.PromptPointError, match=r"\[129, 1024\]"):
+        realise(comp, comp, [[129, 1024]], [])
+
+
+def test_points_outside_the_image_are_rejected_naming_them():
+    pred = EchoPredictor()
+    pred.set_image(np.zeros((1024, 1024, 3), np.uint8))
+    outside = [[-1, 5], [5, 1024], [float("nan"), 3]]
+    with pytest.raises(points_mod.PromptPointError) as info:
+        sam_mod.best_prediction(pred, [[500, 500], *outside], [1, 1, 0, 1], None)
+    message = str(info.value)
+    assert "3 prompt point(s) outside the 1024 x 1024 image" in message
+    assert "[-1, 5]" in message and "[5, 1024]" in message and "[nan, 3]" in message
+    assert "x must be in [0, 1023] and y in [0, 1023]" in message
+    assert pred.calls == []  # nothing reached the predictor
+    inside = points_mod.check_points_in_image([[0, 0], [1023, 1023]], (1024, 1024))
+    assert inside.dtype == np.float32 and inside.tolist() == [[0, 0], [1023, 1023]]
+    with pytest.raises(points_mod.PromptPointError, match=r"\[1023, 600\]"):
+        points_mod.check_points_in_image([[1023, 600]], (600, 1024))  # (height, width)
+
+
+def test_sam_skips_are_recorded_in_the_summary(tmp_path, monkeypatch):
+    paths = stage01_inputs.write_inputs(tmp_path, {"s1_positive_0": "consolidation"})
+    layout = DeformationLayout(paths["out01"])
+    settings = DeformationSettings(
+        out_dir=str(paths["out01"]), seed=0, params=DeformationParams(),
+        chexmask_dir=str(layout.chexmask_dir), cxas_dir=str(layout.cxas_dir),
+        zone_source="chex_vertical_thirds", sam=sam_mod.SamSettings("sam2", "unused.pt"))
+    monkeypatch.setattr(pipeline_mod, "load_predictor",
+                        lambda settings: EchoPredictor(empty_on_image=1))
+    task = DeformationTask("consolidation_s1_positive_0", "dicom0000", "consolidation",
+                           str(paths["out00"] / "rosalia_pred" / "consolidation"
+                               / "s1_positive_0" / "pred_mask.png"),
+                           str(paths["cxr"] / "dicom0000.png"))
+    summary = pipeline_mod.run_deformation([task], settings)
+    assert summary.processed == 1
+    report = read_json(layout.summary_json)
+    assert report["skipped_components"] == [
+        {"key_id": task.key_id, "component": 0, "reason": sam_mod.SKIP_REFINED_TOO_SMALL,
+         "detail": "SAM refinement left no part of >= 1000 px"}]
+    item = read_json(layout.item_json(task.key_id))
+    assert [g["mask_component_id"] for g in item["geometrical_mask_infos"]] == ["0"]

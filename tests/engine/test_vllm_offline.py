@@ -214,3 +214,34 @@ def test_async_engine_without_turn_barrier_gives_the_batched_answers(world, batc
     raw = {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(async_dir)}
     assert raw == {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(run_dir)}
     assert eh.answers(eh.results(async_dir)) == eh.answers(eh.results(run_dir))
+
+
+def test_a_conversation_the_chat_template_rejects_fails_alone(tmp_path):
+    """Gemma-2 roles on the real engine: system text folded, one rejected conversation alone.
+
+    docs/chat_templates.md; its own engine (the template differs from the module's model).
+    """
+    templates = eh.load_by_path("_engine_chat_templates", eh.TESTS / "llm" / "chat_templates.py")
+    model_dir = eh.tiny_vlm.build_tiny_qwen2_vl(tmp_path / "gemma2_roles", size="gpu", seed=0,
+                                                chat_template=templates.GEMMA2)
+    model = create_model("opensource", str(model_dir), seed=0, max_model_len=4096,
+                         max_new_tokens=eh.MAX_NEW_TOKENS,
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                         engine_kwargs={"dtype": eh.DTYPE})
+    assert model.describe()["chat_format"] == {"system_role": False, "strict_alternation": True}
+    image = eh.write_bundle(tmp_path / "bench") / "chexpercept"
+    first_image = sorted(image.rglob("*.png"))[0]
+
+    def request(text: str) -> TurnRequest:
+        return TurnRequest((Message("system", "You are an expert radiologist."),
+                            Message("user", "Is there effusion?", (first_image,)),
+                            Message("assistant", "Answer: 1"), Message("user", text)))
+
+    try:
+        out = model.generate([request("Which point?"), request(f"No {templates.MARKER}"),
+                              request("Which point?")])
+    finally:
+        model.close()
+    assert [c.status in ("ok", "truncated") for c in out] == [True, False, True]
+    assert out[1].status == "error" and templates.MARKER_ERROR in out[1].error
+    assert out[0].text == out[2].text and out[0].usage.input_tokens > 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 import types
 from collections import Counter
 
+import chat_templates
 import pytest
 from local_provider_helpers import (
     read_manifest,
@@ -17,7 +19,7 @@ from local_provider_helpers import (
 )
 from PIL import Image
 
-from utils.errors import ConfigError
+from utils.errors import ConfigError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import Message, TurnRequest
 
@@ -61,6 +63,8 @@ class _Spy:
 
         def wrapper(processor, conversation, *args, **kwargs):
             out = original(processor, conversation, *args, **kwargs)
+            if not kwargs.get("tokenize"):  # the chat template probe (docs/chat_templates.md)
+                return out
             sent = [sum(p["type"] == "image" for m in conv for p in m["content"])
                     for conv in conversation]
             blocks = (out["input_ids"] == vision_start_id).sum(dim=1).tolist()
@@ -108,7 +112,11 @@ def test_cli_end_to_end_on_a_tiny_random_vlm(tiny_model, tmp_path, monkeypatch):
         tiny_vlm.CHAT_TEMPLATE.encode()).hexdigest()
     assert manifest["provider_runtime"] == {
         "backend": "transformers", "transformers_version": transformers.__version__,
-        "model_path": str(tiny_model), "device": "cpu", "device_map": None, "batch_size": 3}
+        "model_path": str(tiny_model), "device": "cpu", "device_map": None, "batch_size": 3,
+        "context_tokens": 2048,
+        "chat_format": {"system_role": True, "strict_alternation": False, "probed": True,
+                        "note": ""}}
+    assert "chat_format" not in manifest["provider_settings"]  # ChatML: the prompt as built
     assert (run_dir / "all_results.json").is_file()
 
 
@@ -233,3 +241,148 @@ def test_tiny_vlm_on_cuda_bf16(tiny_model, images):
     out = model.generate([_request(("q", images[:1])), _request(("longer question", images))])
     assert [c.status in ("ok", "truncated") for c in out] == [True, True]
     assert all(c.usage.input_tokens > 0 for c in out)
+
+
+# ------------------------------------------------ chat templates (docs/chat_templates.md)
+@pytest.fixture(scope="module")
+def family_models(tiny_model, tmp_path_factory):
+    """The tiny VLM once per template family (the weights copied, chat_template.jinja replaced)."""
+    root = tmp_path_factory.mktemp("families")
+    folders = {}
+    for name, template in chat_templates.FAMILIES.items():
+        folder = shutil.copytree(tiny_model, root / name)
+        (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
+        folders[name] = folder
+    return folders
+
+
+def _family_model(family_models, name, **kwargs):
+    return create_model("transformers", "tiny", model_path=str(family_models[name]),
+                        device="cpu", max_new_tokens=2, **kwargs)
+
+
+class _Conversations:
+    """Records the conversations given to Qwen2VLProcessor.apply_chat_template, and renders them."""
+
+    def __init__(self, monkeypatch):
+        self.seen = []
+        original = transformers.Qwen2VLProcessor.apply_chat_template
+        spy = self
+
+        def wrapper(processor, conversation, *args, **kwargs):
+            batch = conversation if conversation and isinstance(conversation[0], list) \
+                else [conversation]
+            spy.seen.extend((processor, conv) for conv in batch)
+            return original(processor, conversation, *args, **kwargs)
+
+        self.original = original
+        monkeypatch.setattr(transformers.Qwen2VLProcessor, "apply_chat_template", wrapper)
+
+    def roles(self):
+        return [[m["role"] for m in conv] for _, conv in self.seen]
+
+    def prompts(self):
+        return [self.original(processor, conv, tokenize=False, add_generation_prompt=True)
+                for processor, conv in self.seen]
+
+
+def _history(*texts, images=()):
+    """System, then user/assistant pairs for all but the last text, then the last user turn."""
+    messages = [Message("system", "You are an expert radiologist.")]
+    for i, text in enumerate(texts):
+        if i:
+            messages.append(Message("assistant", "Answer: 1"))
+        messages.append(Message("user", text, tuple(images[i:i + 1])))
+    return messages
+
+
+@pytest.mark.parametrize("family", ["gemma2", "llama2", "chatml"])
+def test_one_request_the_template_rejects_fails_alone(family_models, images, tmp_path, family):
+    model = _family_model(family_models, family, batch_size=4)
+    stretched = tmp_path / "stretched.png"  # aspect ratio 300: Qwen2-VL's processor refuses it
+    Image.new("RGB", (600, 2), (9, 9, 9)).save(stretched)
+    requests = [
+        TurnRequest(tuple(_history("Is there effusion?", images=images)), request_id="a"),
+        TurnRequest(tuple(_history("Is there effusion?", f"Please {chat_templates.MARKER}",
+                                   images=images)), request_id="bad-template"),
+        TurnRequest(tuple(_history("Which point?", "Which mask?", images=images)),
+                    request_id="c"),
+        TurnRequest(tuple(_history("Look.", images=[stretched])), request_id="bad-image"),
+    ]
+    out = model.generate(requests)
+    assert [c.status for c in out] != ["error"] * 4
+    assert out[0].status in ("ok", "truncated") and out[2].status in ("ok", "truncated")
+    assert out[1].status == "error"
+    assert out[1].error == f"the chat template rejected the request: {chat_templates.MARKER_ERROR}"
+    assert out[3].status == "error" and "aspect ratio" in out[3].error
+    assert out[0].usage.output_tokens >= 1 and out[2].usage.input_tokens > 0
+
+
+def test_gemma2_template_gets_the_system_text_in_the_first_user_turn(family_models, images,
+                                                                     monkeypatch):
+    model = _family_model(family_models, "gemma2")
+    assert model.chat_format.describe() == {"system_role": False, "strict_alternation": True}
+    assert "System role not supported" in model.chat_format.note
+    assert model.describe()["chat_format"] == {"system_role": False, "strict_alternation": True}
+    spy = _Conversations(monkeypatch)
+    (done,) = model.generate([TurnRequest(tuple(_history("Is there effusion?", "Which point?",
+                                                         images=images)))])
+    assert done.status in ("ok", "truncated")
+    assert spy.roles() == [["user", "assistant", "user"]]
+    first = spy.seen[0][1][0]["content"]
+    assert first[0] == {"type": "text",
+                        "text": "You are an expert radiologist.\n\nIs there effusion?"}
+    assert [p["type"] for p in first] == ["text", "image"]
+    assert spy.prompts()[0].startswith(
+        "<start_of_turn>user\nYou are an expert radiologist.\n\nIs there effusion?"
+        "<|vision_start|>")
+
+
+def test_strict_template_never_sees_two_user_turns_in_a_row(family_models, images,
+                                                            monkeypatch):
+    model = _family_model(family_models, "llama2")
+    assert model.chat_format.describe() == {"system_role": True, "strict_alternation": True}
+    spy = _Conversations(monkeypatch)
+    messages = (*_history("Is there effusion?", images=images[:1]),
+                Message("assistant", "Answer: 1"),
+                Message("user", "Ground Truth Provided: effusion is present.", images[1:2]),
+                Message("user", "Which point?", images[2:3]))
+    (done,) = model.generate([TurnRequest(messages)])
+    assert done.status in ("ok", "truncated")
+    assert spy.roles() == [["system", "user", "assistant", "user"]]
+    last = spy.seen[0][1][-1]["content"]
+    assert last[0]["text"] == "Ground Truth Provided: effusion is present.\n\nWhich point?"
+    assert [p["type"] for p in last] == ["text", "image", "image"]  # both images, in order
+    assert "<<SYS>>\nYou are an expert radiologist.\n<</SYS>>" in spy.prompts()[0]
+
+
+def test_chatml_template_is_left_as_is(family_models, images, monkeypatch):
+    model = _family_model(family_models, "chatml")
+    assert model.chat_format.describe() == {"system_role": True, "strict_alternation": False}
+    assert model.chat_format.probed and "chat_format" not in model.describe()
+    spy = _Conversations(monkeypatch)
+    messages = (*_history("Is there effusion?", images=images[:1]),
+                Message("user", "And now?", images[1:2]))
+    (done,) = model.generate([TurnRequest(messages)])
+    assert done.status in ("ok", "truncated")
+    assert spy.roles() == [["system", "user", "user"]]
+    assert spy.prompts()[0].startswith("<|im_start|>system\nYou are an expert radiologist.")
+
+
+def test_a_prompt_over_the_context_fails_alone_a_first_turn_stops_the_run(family_models,
+                                                                          images):
+    model = _family_model(family_models, "chatml", batch_size=3)
+    assert model.context_tokens == 2048  # the tiny model's max_position_embeddings
+    long_text = "effusion cardiomegaly opacity " * 800
+    requests = [TurnRequest(tuple(_history("Is there effusion?", "Which point?",
+                                           images=images)), request_id="a"),
+                TurnRequest(tuple(_history("Is there effusion?", long_text, images=images)),
+                            request_id="long"),
+                TurnRequest(tuple(_history("Is there effusion?", "Which mask?",
+                                           images=images)), request_id="c")]
+    out = model.generate(requests)
+    assert [c.status in ("ok", "truncated") for c in out] == [True, False, True]
+    assert "longer than the maximum model length of 2048" in out[1].error
+    assert "outgrew the model's context" in out[1].error
+    with pytest.raises(ProviderError, match="even before any answer"):
+        model.generate([TurnRequest(tuple(_history(long_text, images=images)))])

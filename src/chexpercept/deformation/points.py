@@ -3,6 +3,8 @@
 Implements ``_collect_points_for_anatomy`` (original_release_spec.md section 3.2 step 4 point 2)
 and the fake points of ``generate_fake_masks2`` (section 3.3). Points are ``[x, y]`` int pixels
 in the 1024 × 1024 frame. All randomness comes from the caller's ``numpy.random.Generator``.
+:func:`check_points_in_image` is the one rule for prompt points that reach a SAM predictor
+(docs/deformation.md, "SAM prompts").
 """
 
 from __future__ import annotations
@@ -27,6 +29,52 @@ MAX_FAKE_POINTS = 5
 FALLBACK_RADIUS_PX = (100, 300)
 #: Fallback candidates are taken on this grid stride (pixels) to keep sampling cheap (ours).
 FALLBACK_STRIDE_PX = 4
+#: At most this many offending points are named in a :class:`PromptPointError` message.
+_NAMED_POINTS = 5
+
+
+class PromptPointError(ValueError):
+    """A prompt point outside the image (docs/deformation.md, "SAM prompts"): a bug upstream."""
+
+
+def check_points_in_image(points: Sequence[Sequence[float]] | np.ndarray,
+                          image_hw: tuple[int, int], *, what: str = "prompt point"
+                          ) -> np.ndarray:
+    """Prompt points as SAM takes them, after checking that every one lies inside the image.
+
+    The rule (docs/deformation.md, "SAM prompts"): a point ``[x, y]`` is kept only when
+    ``0 <= x <= width - 1`` and ``0 <= y <= height - 1`` (a pixel of the image; the 1024 × 1024
+    working frame in Stage 01), and is never clipped. Every prompt point is a pixel of a mask in
+    that frame (a grid point, a contour pixel, a centroid), so one outside is a bug upstream
+    (another frame, x and y swapped, the centroid of an empty mask); clipping would move it to a
+    pixel nobody chose, and a contraction point clipped onto the border can land inside the
+    lesion. NaN and infinite coordinates are outside too.
+
+    Args:
+        points: (N, 2) ``[x, y]`` pixels (int or float); N may be 0.
+        image_hw: ``(height, width)`` of the image the predictor embedded, in pixels.
+        what: How to call the points in the error message.
+
+    Returns:
+        (N, 2) float32 ``[x, y]`` pixels, the points unchanged.
+
+    Raises:
+        PromptPointError: Naming the points outside (up to 5) and the allowed ranges.
+    """
+    arr = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    height, width = int(image_hw[0]), int(image_hw[1])
+    xs, ys = arr[:, 0], arr[:, 1]
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(arr).all(axis=1) | (xs < 0) | (xs > width - 1) | (ys < 0) | \
+            (ys > height - 1)
+    if bad.any():
+        named = ", ".join(f"[{x:g}, {y:g}]" for x, y in arr[bad][:_NAMED_POINTS])
+        more = f" and {int(bad.sum()) - _NAMED_POINTS} more" if bad.sum() > _NAMED_POINTS else ""
+        raise PromptPointError(
+            f"{int(bad.sum())} {what}(s) outside the {width} x {height} image: {named}{more}; "
+            f"x must be in [0, {width - 1}] and y in [0, {height - 1}] (docs/deformation.md, "
+            f"'SAM prompts': such points are rejected, never clipped)")
+    return arr.astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -219,4 +267,5 @@ def sample_fake_points(
     return chosen
 
 
-__all__ = ["PointSet", "collect_points", "far_from", "sample_fake_points"]
+__all__ = ["PointSet", "PromptPointError", "check_points_in_image", "collect_points", "far_from",
+           "sample_fake_points"]

@@ -14,6 +14,12 @@ Fixes of release defects: the best-scoring mask's logits are used (8); no state 
 between predictions, so retries never start from a failed step (8); refined components are
 renumbered after empty ones are dropped, so ids have no gaps (5).
 
+Prompts (docs/deformation.md, "SAM prompts"): every point that reaches the predictor is checked
+to lie inside the image it embedded (rejected, never clipped:
+:func:`chexpercept.deformation.points.check_points_in_image`), and an empty component is skipped
+with a recorded reason (:class:`ComponentSkip`) instead of prompting at the NaN centroid of no
+pixels.
+
 torch, sam2 and sam3 are imported only when a model is loaded (:func:`load_predictor`).
 """
 
@@ -22,13 +28,15 @@ from __future__ import annotations
 import logging
 import multiprocessing
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import cv2
 import numpy as np
 
+from chexpercept.deformation.points import check_points_in_image
 from chexpercept.errors import ConfigError, InputError
+from chexpercept.io import WORK_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +50,9 @@ SAM2_LOWRES = 256
 MAX_EDIT_GRID_POINTS = 16
 #: SAM backends (config ``mask_deformation.backend``).
 SAM_BACKENDS: tuple[str, ...] = ("sam2", "sam3")
+#: :class:`ComponentSkip` reasons (``deformation_results/summary.json``, ``skipped_components``).
+SKIP_EMPTY_COMPONENT = "empty_component"
+SKIP_REFINED_TOO_SMALL = "refined_below_min_size"
 
 
 class PointPredictor(Protocol):
@@ -259,17 +270,32 @@ def mask_logits(mask: np.ndarray, size: int = SAM2_LOWRES) -> np.ndarray:
 
 
 def best_prediction(predictor: PointPredictor, points: Sequence[Sequence[int]],
-                    labels: Sequence[int], mask_input: np.ndarray | None
+                    labels: Sequence[int], mask_input: np.ndarray | None, *,
+                    image_hw: tuple[int, int] = (WORK_SIZE, WORK_SIZE),
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Predict (multimask) and keep the best-scoring mask AND its logits (fixes defect 8).
 
+    Args:
+        predictor: The SAM predictor, with the image already set.
+        points: (N, 2) ``[x, y]`` pixel prompts; each must lie inside the image, x in
+            [0, width - 1] and y in [0, height - 1] (docs/deformation.md, "SAM prompts").
+        labels: (N,) 1 (foreground) or 0 (background), one per point.
+        mask_input: (1, 256, 256) float32 logits (:func:`mask_logits`) or None.
+        image_hw: ``(height, width)`` of the embedded image (1024 × 1024 working frame).
+
     Returns:
         ((H, W) bool mask, (1, h, w) float32 logits of that mask).
+
+    Raises:
+        PromptPointError: For a point outside the image (rejected, never clipped), naming it.
+        ValueError: If ``labels`` does not have one label per point.
     """
+    coords = check_points_in_image(points, image_hw)
+    if len(labels) != len(coords):
+        raise ValueError(f"{len(coords)} prompt point(s) but {len(labels)} label(s)")
     masks, scores, logits = predictor.predict(
-        point_coords=np.asarray(points, dtype=np.float32).reshape(-1, 2),
-        point_labels=np.asarray(labels, dtype=np.int32), mask_input=mask_input,
-        multimask_output=True)
+        point_coords=coords, point_labels=np.asarray(labels, dtype=np.int32),
+        mask_input=mask_input, multimask_output=True)
     best = int(np.argmax(np.asarray(scores)))
     return np.asarray(masks[best]) > 0, np.asarray(logits[best], dtype=np.float32)[None]
 
@@ -291,7 +317,9 @@ def refine_component(predictor: PointPredictor, component: np.ndarray,
     """SAM refinement of one optimal component on the component's own mask image (spec 3.2 step 2).
 
     Start at the centroid (if inside, else the nearest inside grid point), then add each other
-    inside grid point (label 1), feeding the previous best logits back as mask input.
+    inside grid point (label 1), feeding the previous best logits back as mask input. Every
+    prompt point is a pixel of the component, so it lies inside the image (docs/deformation.md,
+    "SAM prompts"). An empty component has no centroid and no point: nothing is predicted.
 
     Args:
         predictor: The SAM predictor.
@@ -299,8 +327,11 @@ def refine_component(predictor: PointPredictor, component: np.ndarray,
         min_px: Components of the result below this size are dropped (1000).
 
     Returns:
-        (1024, 1024) bool refined mask (may be empty).
+        (1024, 1024) bool refined mask (may be empty; empty for an empty ``component``, the
+        predictor untouched).
     """
+    if not component.any():
+        return np.zeros_like(component, dtype=bool)
     predictor.set_image(_rgb(component))
     grid = grid_points(component)
     ys, xs = np.nonzero(component)
@@ -312,28 +343,73 @@ def refine_component(predictor: PointPredictor, component: np.ndarray,
     else:
         start = [int(xs[len(xs) // 2]), int(ys[len(ys) // 2])]
     points = [start]
-    mask, logits = best_prediction(predictor, points, [1], None)
+    frame = (int(component.shape[0]), int(component.shape[1]))
+    mask, logits = best_prediction(predictor, points, [1], None, image_hw=frame)
     for pt in grid:
         if pt == start:
             continue
         points.append(pt)
-        mask, logits = best_prediction(predictor, points, [1] * len(points), logits)
+        mask, logits = best_prediction(predictor, points, [1] * len(points), logits,
+                                       image_hw=frame)
     return keep_large(mask, min_px)
 
 
+@dataclass(frozen=True)
+class ComponentSkip:
+    """A candidate component that refinement dropped, and why (docs/deformation.md).
+
+    Recorded per case in ``deformation_results/summary.json`` (``skipped_components``).
+
+    Attributes:
+        component: Index of the component among the candidate's optimal components (largest
+            first, before refinement renumbers the kept ones).
+        reason: :data:`SKIP_EMPTY_COMPONENT` (no pixel, so no prompt point) or
+            :data:`SKIP_REFINED_TOO_SMALL` (SAM left no part of >= ``min_px`` pixels).
+        detail: One sentence for people.
+    """
+
+    component: int
+    reason: str
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``summary.json`` entry (without the case's ``key_id``)."""
+        return asdict(self)
+
+
 def refine_components(predictor: PointPredictor, components: Sequence[np.ndarray],
-                      min_px: int) -> list[np.ndarray]:
-    """Refine every component; empty results are dropped and the rest keep their order.
+                      min_px: int, *, skipped: list[ComponentSkip] | None = None
+                      ) -> list[np.ndarray]:
+    """Refine every component; empty ones are skipped, empty results dropped, order kept.
 
     The list index is the ``mask_component_id``, so ids stay contiguous (fixes defect 5).
+
+    Args:
+        predictor: The SAM predictor.
+        components: (1024, 1024) bool optimal components, largest first.
+        min_px: Components of a result below this size are dropped (1000).
+        skipped: If given, one :class:`ComponentSkip` per component left out is appended
+            (an empty component is never sent to the predictor).
+
+    Returns:
+        The non-empty refined (1024, 1024) bool masks.
     """
     out = []
     for i, comp in enumerate(components):
-        refined = refine_component(predictor, comp, min_px)
-        if refined.any():
-            out.append(refined)
+        if not comp.any():
+            skip = ComponentSkip(i, SKIP_EMPTY_COMPONENT,
+                                 "the component has no pixel, so no prompt point; skipped")
+            logger.warning("component %d: %s", i, skip.detail)
         else:
-            logger.debug("component %d: SAM refinement left nothing >= %d px", i, min_px)
+            refined = refine_component(predictor, comp, min_px)
+            if refined.any():
+                out.append(refined)
+                continue
+            skip = ComponentSkip(i, SKIP_REFINED_TOO_SMALL,
+                                 f"SAM refinement left no part of >= {min_px} px")
+            logger.info("component %d: %s", i, skip.detail)
+        if skipped is not None:
+            skipped.append(skip)
     return out
 
 
@@ -354,6 +430,8 @@ class SamRealiser:
         """
         self.predictor = predictor
         self.min_px = min_px
+        #: ``(height, width)`` of the embedded CXR: prompt points must lie inside it.
+        self.image_hw = (int(cxr.shape[0]), int(cxr.shape[1]))
         predictor.set_image(_rgb(cxr))
 
     def __call__(self, base: np.ndarray, target: np.ndarray,
@@ -369,6 +447,10 @@ class SamRealiser:
 
         Returns:
             (1024, 1024) bool predicted mask (components >= ``min_px``).
+
+        Raises:
+            PromptPointError: For an expansion or contraction point outside the CXR
+                (docs/deformation.md, "SAM prompts": rejected, never clipped).
         """
         del base
         grid = grid_points(target)
@@ -379,7 +461,8 @@ class SamRealiser:
         labels = [1] * (len(grid) + len(expansion_points)) + [0] * len(contraction_points)
         if not points:
             return np.zeros_like(target, dtype=bool)
-        mask, _ = best_prediction(self.predictor, points, labels, mask_logits(target))
+        mask, _ = best_prediction(self.predictor, points, labels, mask_logits(target),
+                                  image_hw=self.image_hw)
         return keep_large(mask, self.min_px)
 
 
@@ -387,6 +470,9 @@ __all__ = [
     "GRID_STEP_PX",
     "MASK_LOGIT",
     "SAM_BACKENDS",
+    "SKIP_EMPTY_COMPONENT",
+    "SKIP_REFINED_TOO_SMALL",
+    "ComponentSkip",
     "PointPredictor",
     "Sam3PointPredictor",
     "SamRealiser",
