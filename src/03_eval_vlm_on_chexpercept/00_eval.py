@@ -3,7 +3,7 @@
 Reads ``<benchmark-dir>/chexpercept.json`` and ``<benchmark-dir>/chexpercept/<key_id>/...``;
 writes ``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` with
 ``run_manifest.json``, ``records.jsonl`` (one line per answered turn), ``all_results.json``
-(release schema, original_release_spec.md section 5.8) and ``logs/``. Re-running the same
+(release schema, docs/evaluation_protocol.md, "Run folder") and ``logs/``. Re-running the same
 command resumes; ``--overwrite`` starts afresh. Baseline providers (dummy, random, oracle) need
 no API key file. ``--part i --total-parts n`` runs the cases whose key_id hashes to part ``i``
 in ``.../oracle_<setting>/part_<i>_of_<n>/``; ``01_merge_parts.py`` combines the parts.
@@ -40,7 +40,7 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
-from chexpercept.evaluation.runner import (
+from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
     UNFINISHED_EXIT,
     RunSummary,

@@ -13,8 +13,9 @@ from stage03_fakes import ScriptedModel, right, wrong
 from chexpercept import io
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
-from chexpercept.evaluation.async_runner import RecordWriter, run_evaluation_async
+from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.cases import TURN_BY_NAME
+from chexpercept.evaluation.store import RecordWriter
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 
 TOTAL_TURNS = 33  # turns of the seven bundle cases (9+6+1+5+2+1+9)
@@ -187,21 +188,20 @@ def test_longest_remaining_cases_start_first(bundle, tmp_path):
 @pytest.mark.parametrize("runner", ["sync", "async"])
 def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
         bundle, tmp_path, runner):
-    """Cached per-case texts (runner.encode_results) join to io.dumps_json's exact bytes."""
-    from chexpercept.evaluation import runner as runner_module
+    """Cached per-case texts (session.encode_results) join to io.dumps_json's exact bytes."""
+    from chexpercept.evaluation.store import RunStore
 
     cases = validate_bundle(bundle)
     texts = []
-    write = runner_module._write_all_results
+    write = RunStore.write_results
 
-    def spy(path, states, model_id, selected=()):
-        n = write(path, states, model_id, selected)
-        texts.append(path.read_text(encoding="utf-8"))
-        return n
+    def spy(self, members):
+        write(self, members)
+        texts.append(self.results_path.read_text(encoding="utf-8"))
 
     settings = _settings(save_every=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner_module, "_write_all_results", spy)
+        mp.setattr(RunStore, "write_results", spy)
         if runner == "sync":
             run_evaluation(bundle, cases, ScriptedModel(_mixed), settings, tmp_path / "run")
         else:
@@ -215,8 +215,8 @@ def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
     for text in texts:
         assert text == io.dumps_json(json.loads(text))
     assert texts[-1] == _all_results_text(tmp_path / "run")
-    assert runner_module._write_all_results(tmp_path / "empty.json", [], "m") == 0
-    assert (tmp_path / "empty.json").read_text() == io.dumps_json({})
+    RunStore(tmp_path / "empty").write_results([])
+    assert io.all_results_path(tmp_path / "empty").read_text() == io.dumps_json({})
 
 
 def test_collector_is_tuned_during_the_run_and_restored_after(bundle, tmp_path):

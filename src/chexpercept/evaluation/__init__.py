@@ -3,7 +3,7 @@
 Reads ``chexpercept.json`` + the image bundle, asks each case's turns through a
 ``utils.llm`` provider (one batched ``generate`` call per turn index), parses answers strictly,
 scores them all-or-nothing and writes ``records.jsonl``, ``run_manifest.json`` and
-``all_results.json`` (original_release_spec.md section 5).
+``all_results.json`` (docs/evaluation_protocol.md, "Run folder").
 """
 
 from chexpercept.evaluation.cases import (
@@ -16,7 +16,8 @@ from chexpercept.evaluation.cases import (
 )
 from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, SYSTEM_PROMPT
 from chexpercept.evaluation.parsing import ParsedAnswer, parse_answer
-from chexpercept.evaluation.runner import EvalSettings, RunSummary, run_evaluation
+from chexpercept.evaluation.runner import run_evaluation
+from chexpercept.evaluation.session import EvalSettings, RunSummary
 
 __all__ = [
     "ORACLE_SETTINGS",

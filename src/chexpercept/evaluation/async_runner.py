@@ -1,10 +1,10 @@
 """Stage 03: per-case pipelines for API providers (no stage barrier); same run folder as sync.
 
 Writes exactly what :func:`chexpercept.evaluation.runner.run_evaluation` writes
-(``run_manifest.json``, ``records.jsonl``, ``all_results.json``) with the same resume and
-manifest rules, reusing its building blocks (:func:`~chexpercept.evaluation.runner.open_run`,
-:func:`~chexpercept.evaluation.runner.finish_turn`); dialogue, oracle, parsing and scoring logic
-live only there.
+(``run_manifest.json``, ``records.jsonl``, ``faults.jsonl``, ``all_results.json``) with the same
+resume and manifest rules: both go through one
+:class:`~chexpercept.evaluation.session.RunSession`; dialogue, oracle, parsing, scoring and the
+run folder live only there and in :mod:`chexpercept.evaluation.store`.
 
 Scheduling (harness_anchors.md sections 3.5 item 1 and 3.6 T1/T2): ``2 * concurrency`` workers
 each take the next unfinished case and run its turns in order, one ``model.agenerate`` per
@@ -17,14 +17,11 @@ is why there are more open cases than permits. A slow request delays only its ow
 whole turn index, and cases finish early (depth first), so checkpoints of ``all_results.json``
 hold whole cases and prefix caches see one conversation's turns back to back.
 
-Durability: each record is appended and flushed to the OS as its turn completes, so a killed
-process (SIGKILL) loses at most the requests in flight; ``fsync`` runs every
-``fsync_every`` records or ``fsync_interval_s`` seconds and at the end (an fsync per record
-would stall the event loop; only a machine crash can lose the un-fsynced tail). A partial last
-line is repaired on resume. ``all_results.json`` is rebuilt after ``save_every`` newly finished
-cases but at most every ``checkpoint_interval_s`` seconds, and always at the end; each case's
-result is built and encoded once, as it finishes (``runner.encode_results``), so a checkpoint
-only joins cached texts (the records are the source of truth).
+Durability is the store's (one fsync policy for both runners). ``all_results.json`` is rebuilt
+after ``save_every`` newly finished cases but at most every ``checkpoint_interval_s`` seconds,
+and always at the end; each case's result is built and encoded once, as it finishes
+(``session.encode_results``), so a checkpoint only joins cached texts (the records are the
+source of truth).
 
 Garbage collection: the event loop serves every request in flight, so a collector pause delays
 all of them at once. Before the loop starts, what exists (the bundle, the case states) is
@@ -36,7 +33,7 @@ both are restored afterwards. With the defaults, collections took ~1.6 s of a 30
 A turn that got no answer (a ``fault`` completion: the retries ran out) is logged to
 ``faults.jsonl`` and its case is parked, unfinished, for the rest of the invocation; the other
 cases go on. A provider's ``ProviderError`` (auth, quota, unknown model), or too many faults in a
-row (:class:`~chexpercept.evaluation.runner.FaultBreaker`), stops the run: in-flight requests
+row (:class:`~chexpercept.evaluation.session.FaultBreaker`), stops the run: in-flight requests
 are cancelled, recorded turns stay, and a re-run resumes.
 """
 
@@ -45,26 +42,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
 
-from chexpercept import io
 from chexpercept.errors import ConfigError
 from chexpercept.evaluation.cases import Bundle, EvalCase
-from chexpercept.evaluation.runner import (
+from chexpercept.evaluation.session import (
+    CaseState,
     EvalSettings,
-    OpenedRun,
+    RunSession,
     RunSummary,
     encode_results,
-    finalize_summary,
-    open_run,
+    open_session,
 )
+from chexpercept.evaluation.store import FSYNC_EVERY, FSYNC_INTERVAL_S
 from utils.llm.base import ChatModel
 from utils.llm.retry import CURRENT_SLOT, InFlightSlot
 
@@ -72,10 +67,6 @@ logger = logging.getLogger(__name__)
 
 #: Default requests in flight (``--concurrency``).
 DEFAULT_CONCURRENCY = 16
-#: fsync ``records.jsonl`` after this many appended records ...
-FSYNC_EVERY = 256
-#: ... or after this many seconds, whichever comes first.
-FSYNC_INTERVAL_S = 1.0
 #: Least seconds between two ``all_results.json`` checkpoints.
 CHECKPOINT_INTERVAL_S = 30.0
 #: Seconds between heartbeat log lines.
@@ -83,7 +74,6 @@ HEARTBEAT_S = 30.0
 #: Allocations between two collections of the youngest generation while the loop runs (Python's
 #: default is 700; see the module docstring).
 GC_GEN0_THRESHOLD = 20_000
-
 
 @contextlib.contextmanager
 def _gc_tuned() -> Iterator[None]:
@@ -111,120 +101,136 @@ def _gc_tuned() -> Iterator[None]:
             gc.unfreeze()
 
 
-class RecordWriter:
-    """Append-only JSONL writer: flush per record, fsync in batches (see the module docstring).
+@dataclass
+class SchedulerStats:
+    """What the async runner did (heartbeat lines and the closing log line).
 
-    Args:
-        path: ``records.jsonl``.
-        fsync_every: Records between two fsyncs.
-        fsync_interval_s: Seconds between two fsyncs.
+    Attributes:
+        requests: ``agenerate`` calls made.
+        attempts: HTTP attempts over those calls (1 per call without retries).
+        in_flight: Requests in flight now.
+        max_in_flight: Most requests in flight at once.
+        statuses: Completion statuses seen.
+        started: ``time.monotonic()`` at the start.
+        wall_s: Seconds the loop ran (set at the end).
     """
 
-    def __init__(self, path: Path, fsync_every: int = FSYNC_EVERY,
-                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self.fsync_every = fsync_every
-        self.fsync_interval_s = fsync_interval_s
-        self._pending = 0
-        self._last_sync = time.monotonic()
-        self.written = 0
+    requests: int = 0
+    attempts: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    wall_s: float = 0.0
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Write one record line and flush it to the OS."""
-        # json handles the record's dicts/lists/tuples natively; to_jsonable only for the rest
-        # (Paths, numpy scalars): walking every record with it cost ~0.4 ms per turn.
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=io.to_jsonable) + "\n")
-        self._fh.flush()
-        self.written += 1
-        self._pending += 1
-        if (self._pending >= self.fsync_every
-                or time.monotonic() - self._last_sync >= self.fsync_interval_s):
-            self.sync()
-
-    def sync(self) -> None:
-        """Fsync what was written."""
-        if self._pending:
-            os.fsync(self._fh.fileno())
-            self._pending = 0
-        self._last_sync = time.monotonic()
-
-    def close(self) -> None:
-        """Fsync, then close."""
-        if not self._fh.closed:
-            self.sync()
-            self._fh.close()
+    def line(self, now: float) -> str:
+        """A heartbeat line."""
+        rate = self.requests / max(now - self.started, 1e-9)
+        return (f"{self.requests} request(s) done ({rate:.1f}/s), {self.in_flight} in flight, "
+                f"{self.attempts - self.requests} retried attempt(s), completion statuses "
+                f"{dict(self.statuses)}")
 
 
-async def _run(opened: OpenedRun, model: ChatModel, settings: EvalSettings,
-               writer: RecordWriter, concurrency: int, checkpoint: Any) -> dict[str, Any]:
-    """Run every unfinished case; returns scheduling statistics."""
-    semaphore = asyncio.Semaphore(concurrency)
-    results_file = opened.results_file
-    # longest remaining path first (stable: selection order among equals), so the run ends on
-    # short cases rather than on a few 9-turn ones running alone (see the module docstring)
-    queue = sorted((s for s in opened.active_states if s.runnable), reverse=True,
-                   key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
-    position = 0
-    stats: dict[str, Any] = {"in_flight": 0, "max_in_flight": 0, "requests": 0,
-                             "attempts": 0, "statuses": Counter()}
-    started = time.monotonic()
-    last_beat = started
+class Checkpointer:
+    """Rewrites ``all_results.json`` after ``save_every`` finished cases, at most every so often.
 
-    async def run_case(state: Any, slot: InFlightSlot) -> None:
-        nonlocal last_beat
-        while state.runnable:
-            prep = state.dialogue.prepare()
-            await slot.acquire()
-            stats["in_flight"] += 1
-            stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
-            try:
-                completion = await model.agenerate(prep.request)
-            finally:
-                stats["in_flight"] -= 1
-                slot.release()
-            stats["requests"] += 1
-            stats["attempts"] += completion.attempts
-            stats["statuses"][completion.status] += 1
-            record = opened.finish(state, prep, completion, settings.model, completion.latency_s)
-            if record is None:  # a fault: no answer, the case stays unfinished
-                checkpoint(False, finished=False)
-                continue
-            writer.append(record)
-            if state.dialogue.finished:
-                encode_results(results_file, (state,), settings.model)
-                checkpoint(False)
-            now = time.monotonic()
-            if now - last_beat >= HEARTBEAT_S:
-                last_beat = now
-                rate = stats["requests"] / max(now - started, 1e-9)
-                logger.info("%d request(s) done (%.1f/s), %d in flight, %d retried attempt(s), "
-                            "completion statuses %s", stats["requests"], rate,
-                            stats["in_flight"], stats["attempts"] - stats["requests"],
-                            dict(stats["statuses"]))
+    Args:
+        session: The run session.
+        save_every: Newly finished cases between two rewrites.
+        interval_s: Least seconds between two rewrites.
+    """
 
-    async def worker() -> None:
-        nonlocal position
-        slot = InFlightSlot(semaphore)
+    def __init__(self, session: RunSession, save_every: int, interval_s: float) -> None:
+        self.session = session
+        self.save_every = save_every
+        self.interval_s = interval_s
+        self.unsaved = 0
+        self.last_save = time.monotonic()
+
+    def case_finished(self) -> None:
+        """Count a finished case; rewrite when due."""
+        self.unsaved += 1
+        if (self.unsaved >= self.save_every
+                and time.monotonic() - self.last_save >= self.interval_s):
+            n = self.session.write_results()
+            logger.info("checkpoint: %d finished case(s) in %s", n,
+                        self.session.store.results_path)
+            self.unsaved, self.last_save = 0, time.monotonic()
+
+
+class Scheduler:
+    """Runs the session's unfinished cases as per-case pipelines (see the module docstring).
+
+    Args:
+        session: The run session.
+        model: The provider.
+        concurrency: Most requests in flight.
+        checkpoints: When to rewrite ``all_results.json``.
+    """
+
+    def __init__(self, session: RunSession, model: ChatModel, concurrency: int,
+                 checkpoints: Checkpointer) -> None:
+        self.session = session
+        self.model = model
+        self.concurrency = concurrency
+        self.checkpoints = checkpoints
+        self.stats = SchedulerStats()
+        self._last_beat = self.stats.started
+        # longest remaining path first (stable: selection order among equals), so the run ends
+        # on short cases rather than on a few 9-turn ones running alone (module docstring)
+        self.queue = sorted((s for s in session.active_states if s.runnable), reverse=True,
+                            key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
+        self._position = 0
+
+    async def _ask(self, state: CaseState, slot: InFlightSlot) -> None:
+        """Ask one turn of ``state`` and hand the completion to the session."""
+        stats = self.stats
+        prep = state.dialogue.prepare()
+        await slot.acquire()
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            completion = await self.model.agenerate(prep.request)
+        finally:
+            stats.in_flight -= 1
+            slot.release()
+        stats.requests += 1
+        stats.attempts += completion.attempts
+        stats.statuses[completion.status] += 1
+        answered = self.session.finish(state, prep, completion, completion.latency_s)
+        if answered and state.dialogue.finished:
+            encode_results(self.session.store.results_path, (state,), self.session.settings.model)
+            self.checkpoints.case_finished()
+        now = time.monotonic()
+        if now - self._last_beat >= HEARTBEAT_S:
+            self._last_beat = now
+            logger.info("%s", stats.line(now))
+
+    async def _worker(self) -> None:
+        slot = InFlightSlot(self._semaphore)
         CURRENT_SLOT.set(slot)  # this task's context only: retries free it while backing off
-        while position < len(queue):
-            state = queue[position]
-            position += 1
-            await run_case(state, slot)
+        while self._position < len(self.queue):
+            state = self.queue[self._position]
+            self._position += 1
+            while state.runnable:  # a fault parks the case for the rest of the invocation
+                await self._ask(state, slot)
 
-    workers = min(2 * concurrency, len(queue))
-    tasks = [asyncio.create_task(worker()) for _ in range(workers)]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    finally:
-        await model.aclose()
-    stats["wall_s"] = time.monotonic() - started
-    return stats
+    async def run(self) -> SchedulerStats:
+        """Run every queued case; cancels the rest when one raises."""
+        self._semaphore = asyncio.Semaphore(self.concurrency)
+        tasks = [asyncio.create_task(self._worker())
+                 for _ in range(min(2 * self.concurrency, len(self.queue)))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            await self.model.aclose()
+        self.stats.wall_s = time.monotonic() - self.stats.started
+        return self.stats
 
 
 def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
@@ -261,41 +267,20 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     """
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
-    run_dir = Path(run_dir)
-    opened = open_run(bundle, cases, model, settings, run_dir, overwrite=overwrite)
-    summary = opened.summary
-    writer = RecordWriter(opened.records_file, fsync_every, fsync_interval_s)
-    unsaved = 0
-    last_save = time.monotonic()
-    dirty = False
-
-    def checkpoint(final: bool, finished: bool = True) -> None:
-        nonlocal unsaved, last_save, dirty
-        if not final:
-            unsaved += finished
-            dirty = True
-            if (unsaved < settings.save_every
-                    or time.monotonic() - last_save < checkpoint_interval_s):
-                return
-        writer.sync()
-        n = opened.write_results(settings.model)
-        logger.info("checkpoint: %d finished case(s) in %s", n, opened.results_file)
-        unsaved, last_save, dirty = 0, time.monotonic(), False
-
-    todo = sum(s.runnable for s in opened.active_states)
-    logger.info("async runner: %d case(s) to run, concurrency %d", todo, concurrency)
-    stats: dict[str, Any] = {}
+    session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite,
+                           fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
+    scheduler = Scheduler(session, model, concurrency,
+                          Checkpointer(session, settings.save_every, checkpoint_interval_s))
+    logger.info("async runner: %d case(s) to run, concurrency %d", len(scheduler.queue),
+                concurrency)
     try:
         with _gc_tuned():
-            stats = asyncio.run(_run(opened, model, settings, writer, concurrency, checkpoint))
+            stats = asyncio.run(scheduler.run())
     finally:
-        writer.close()
-        if dirty or writer.written or summary.turns_resumed or not opened.results_file.exists():
-            opened.write_results(settings.model)
-    summary.generate_calls = stats.get("requests", 0)
-    if stats:
-        logger.info("async runner: %d request(s) in %.1f s (%.1f/s), max %d in flight, "
-                    "%d retried attempt(s)", stats["requests"], stats["wall_s"],
-                    stats["requests"] / max(stats["wall_s"], 1e-9), stats["max_in_flight"],
-                    stats["attempts"] - stats["requests"])
-    return finalize_summary(opened)
+        summary = session.close()
+    summary.generate_calls = stats.requests
+    logger.info("async runner: %d request(s) in %.1f s (%.1f/s), max %d in flight, "
+                "%d retried attempt(s)", stats.requests, stats.wall_s,
+                stats.requests / max(stats.wall_s, 1e-9), stats.max_in_flight,
+                stats.attempts - stats.requests)
+    return summary

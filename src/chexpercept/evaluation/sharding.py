@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io, schema
+from chexpercept import io
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import Bundle, plan_cases
-from chexpercept.evaluation.runner import IDENTITY_FIELDS, SELECTION_FIELD
+from chexpercept.evaluation.store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
 from chexpercept.rng import stable_hash
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     Checks, collecting every problem before raising once:
 
     - every ``part_<i>_of_<n>/`` exists with a ``run_manifest.json`` for part ``i`` of ``n``;
-    - every part's identity fields (``runner.IDENTITY_FIELDS``: provider, model, provider
+    - every part's identity fields (``store.IDENTITY_FIELDS``: provider, model, provider
       settings, oracle setting, seed, prompt and benchmark hashes, ...) equal part 0's, and the
       benchmark hash equals ``bundle``'s;
     - every selected case of each part has a record for every turn of its path in the part's
@@ -147,22 +147,22 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     """
     check_part(0, total_parts)
     run_dir = Path(run_dir)
-    existing = io.run_manifest_path(run_dir)
-    if existing.is_file() and not io.read_json(existing).get(SHARDING_FIELD, {}).get("merged"):
-        raise ConfigError(f"{existing}: {run_dir} holds an unsharded run; merged parts would "
-                          f"overwrite its all_results.json. Use another --output-path for "
-                          f"sharded runs.")
+    existing = RunStore(run_dir).read_manifest()
+    if existing is not None and not existing.get(SHARDING_FIELD, {}).get("merged"):
+        raise ConfigError(f"{io.run_manifest_path(run_dir)}: {run_dir} holds an unsharded run; "
+                          f"merged parts would overwrite its all_results.json. Use another "
+                          f"--output-path for sharded runs.")
     wanted = list(bundle.items) if key_ids is None else list(key_ids)
     problems: list[str] = []
     manifests: dict[int, dict[str, Any]] = {}
     for part in range(total_parts):
-        part_dir = io.eval_part_dir(run_dir, part, total_parts)
-        path = io.run_manifest_path(part_dir)
-        if not path.is_file():
+        part_store = RunStore(io.eval_part_dir(run_dir, part, total_parts))
+        path = part_store.manifest_path
+        manifest = part_store.read_manifest()
+        if manifest is None:
             problems.append(f"part {part} of {total_parts} is missing: no {path} (run 00_eval.py "
                             f"with --part {part} --total-parts {total_parts})")
             continue
-        manifest = io.read_json(path)
         if manifest.get(SHARDING_FIELD) != part_sharding(part, total_parts):
             problems.append(f"{path}: holds sharding {manifest.get(SHARDING_FIELD)!r}, expected "
                             f"{part_sharding(part, total_parts)}")
@@ -192,9 +192,8 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
                             f"given {_selection_flags(selection)}; pass the same to the merge")
     warnings = []
     for part, manifest in manifests.items():
-        diffs = [f"'{k}' (part {first_part}: {reference.get(k)!r}, part {part}: "
-                 f"{manifest.get(k)!r})" for k in IDENTITY_FIELDS
-                 if k != SHARDING_FIELD and manifest.get(k) != reference.get(k)]
+        diffs = identity_diffs(reference, manifest, old_name=f"part {first_part}",
+                               new_name=f"part {part}", skip=(SHARDING_FIELD,))
         if diffs:
             problems.append(f"part {part} was run with other settings than part {first_part}: "
                             + "; ".join(diffs))
@@ -211,12 +210,10 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     incomplete: list[str] = []
     for part in manifests:
         part_dir = io.eval_part_dir(run_dir, part, total_parts)
-        recorded: dict[str, set[str]] = {}
-        for rec in io.read_jsonl(io.records_path(part_dir)):
-            recorded.setdefault(str(rec.get("key_id")), set()).add(str(rec.get("turn")))
-        results_path = io.all_results_path(part_dir)
-        results = io.read_json(results_path) if results_path.is_file() else {}
-        schema.parse_all_results(results, results_path)
+        part_store = RunStore(part_dir)
+        recorded = part_store.recorded_turns()
+        results_path = part_store.results_path
+        results = part_store.read_results()
         part_results[part] = results
         stale = []
         for key_id in wanted:
@@ -281,7 +278,4 @@ def write_merged(run_dir: str | Path, merged: MergedRun) -> Path:
     Returns:
         The ``all_results.json`` path.
     """
-    results_path = io.all_results_path(run_dir)
-    io.write_json_atomic(results_path, io.to_jsonable(merged.all_results))
-    io.write_json_atomic(io.run_manifest_path(run_dir), io.to_jsonable(merged.manifest))
-    return results_path
+    return RunStore(run_dir).write_merged(merged.all_results, merged.manifest)

@@ -1,0 +1,594 @@
+"""Stage 03: what both runners share: settings, per-case state, scoring and the run session.
+
+A :class:`RunSession` (:func:`open_session`) opens the run folder through the
+:class:`~chexpercept.evaluation.store.RunStore`, rebuilds every case's conversation from its
+records (recorded turns are never asked again; oracle patches included) and hands each new
+completion to the store: an answer is scored and appended to ``records.jsonl``; a fault (no
+answer) goes to ``faults.jsonl`` and its case waits, unfinished (docs/engines.md, "Faults").
+The sync runner (``runner.py``) and the async runner (``async_runner.py``) differ only in how
+they schedule requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io, schema
+from chexpercept.errors import ConfigError, ProviderError
+from chexpercept.evaluation.cases import Bundle, EvalCase, plan_cases
+from chexpercept.evaluation.dialogue import (
+    ORACLE_SETTINGS,
+    SYSTEM_PROMPT,
+    Dialogue,
+    PreparedTurn,
+    TurnOutcome,
+    system_prompt_sha256,
+)
+from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
+from chexpercept.evaluation.results import build_case_result
+from chexpercept.evaluation.scoring import is_correct
+from chexpercept.evaluation.store import (
+    FSYNC_EVERY,
+    FSYNC_INTERVAL_S,
+    SELECTION_FIELD,
+    RunStore,
+)
+from utils.llm.base import COMPLETION_STATUSES, FAULT, ChatModel, Completion
+from utils.llm.pricing import cost_usd
+
+logger = logging.getLogger(__name__)
+
+#: Version of the dialogue + parsing protocol; bump when either changes what a run produces
+#: (2: the parser rules of docs/parsing.md, the ``blocked`` status and ``fault`` turns).
+PROTOCOL_VERSION = 2
+
+#: Requests in a row without an answer after which the run stops (``--max-consecutive-faults``):
+#: a dead server would otherwise be asked every case, each with all its retries. At 5 %
+#: independent transient faults and 6 retries a turn runs out with probability 0.05**7, so only
+#: an outage reaches this (docs/engines.md, "Faults").
+DEFAULT_MAX_CONSECUTIVE_FAULTS = 50
+#: Exit code of a Stage 03 run that ended with unfinished cases (a turn got no answer).
+UNFINISHED_EXIT = 3
+
+_MANIFEST_PACKAGES = ("chexpercept", "numpy", "pillow", "pydantic", "vllm", "transformers",
+                      "torch", "openai", "google-genai")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What a run is (all recorded in the manifest).
+
+    Attributes:
+        provider: Provider registry name (``dummy``, ``random``, ``oracle``, ...).
+        model: Model id or alias.
+        oracle_setting: One of ``explicit``, ``implicit``, ``none`` (spec section 5.4).
+        no_thinking: The ``--no-thinking`` variant (``_no_thinking`` run folder).
+        seed: Run seed (``random`` provider; recorded for every provider).
+        save_every: Rewrite ``all_results.json`` after this many newly finished cases (>= 1).
+        system_prompt: System message of every request.
+        part: Part index of a sharded run (``--part``; ``sharding.py``), None when unsharded.
+        total_parts: Number of parts of a sharded run (``--total-parts``).
+        limit: ``--limit`` of the command (recorded, not compared on resume: a larger limit
+            extends a run), or None.
+        per_path_limit: ``--per_path_limit`` of the command, likewise.
+        max_consecutive_faults: Stop the run after this many requests in a row got no answer
+            (``--max-consecutive-faults``; the server or the network is down); 0 never stops.
+        give_up_unanswered: Do not ask again the turns that got no answer in an earlier
+            invocation (``--give-up-unanswered``); their cases stay unfinished, which Stage 04
+            counts as missing, and the run may end with exit code 0.
+    """
+
+    provider: str
+    model: str
+    oracle_setting: str = "implicit"
+    no_thinking: bool = False
+    seed: int = 0
+    save_every: int = 10
+    system_prompt: str = SYSTEM_PROMPT
+    part: int | None = None
+    total_parts: int = 1
+    limit: int | None = None
+    per_path_limit: int | None = None
+    max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS
+    give_up_unanswered: bool = False
+
+
+@dataclass
+class RunSummary:
+    """What a run did.
+
+    Attributes:
+        run_dir: The run folder.
+        all_results_path: ``all_results.json``.
+        cases_selected: Cases asked for in this invocation.
+        cases_finished: Selected cases with every turn answered.
+        turns_requested: Turns sent to the model in this invocation.
+        turns_resumed: Turns of selected cases found in the records (not requested again).
+        generate_calls: ``model.generate`` calls in this invocation.
+        statuses: Status counts over every answered turn of the selected cases.
+        usage: Token totals of this invocation's calls (``input``, ``cached_input``,
+            ``output``, ``thinking``).
+        cost_usd: Estimated cost of this invocation's calls (spec section 5.9); None (NA)
+            when the model has no entry in ``cfg/pricing.yaml``.
+        turns_faulted: Requests of this invocation that got no answer (a fault; not scored).
+        unfinished: Selected cases left unfinished, key_id -> why (the fault, or that the run
+            stopped first); empty when every selected case finished.
+        given_up: Of ``unfinished``, the cases ``--give-up-unanswered`` accepted as missing.
+    """
+
+    run_dir: Path
+    all_results_path: Path
+    cases_selected: int = 0
+    cases_finished: int = 0
+    turns_requested: int = 0
+    turns_resumed: int = 0
+    generate_calls: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    usage: Counter = field(default_factory=Counter)
+    cost_usd: float | None = 0.0
+    turns_faulted: int = 0
+    unfinished: dict[str, str] = field(default_factory=dict)
+    given_up: set[str] = field(default_factory=set)
+
+    def add_cost(self, cost: float | None) -> None:
+        """Add one call's cost; any NA call makes the total NA."""
+        self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
+
+    def line(self) -> str:
+        """One-line summary for the end of the CLI."""
+        counts = ", ".join(f"{s}={self.statuses.get(s, 0)}" for s in schema.STATUSES)
+        return (f"cases: {self.cases_finished}/{self.cases_selected} finished; turns requested: "
+                f"{self.turns_requested} (already done: {self.turns_resumed}) in "
+                f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
+                f"input {self.usage['input']} (cached {self.usage['cached_input']}), output "
+                f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
+                f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; "
+                f"no answer (faults): {self.turns_faulted}; output: {self.all_results_path}")
+
+    def unfinished_message(self) -> str | None:
+        """One line on the unfinished cases (None when there are none to report).
+
+        Cases given up with ``--give-up-unanswered`` are reported by the caller as a warning.
+        """
+        pending = {k: v for k, v in self.unfinished.items() if k not in self.given_up}
+        if not pending:
+            return None
+        reasons = Counter(_reason_kind(v) for v in pending.values())
+        why = "; ".join(f"{n} x {r}" for r, n in reasons.most_common(3))
+        example = next(iter(pending.items()))
+        return (f"{len(pending)} of {self.cases_selected} case(s) unfinished ({why}; e.g. "
+                f"{example[0]}: {example[1][:300]}). Nothing was scored for their missing "
+                f"turns; all_results.json marks them and Stage 04 counts them as missing. "
+                f"Re-run the same command to ask them again (answered turns are kept), or add "
+                f"--give-up-unanswered to accept them as missing.")
+
+
+def _reason_kind(reason: str) -> str:
+    """A short class of an unfinished case's reason, for the summary line."""
+    if reason.startswith(NOT_REACHED):
+        return "not reached"
+    return reason.split(": ", 1)[-1].split(". ", 1)[0][:80] or "no answer"
+
+
+#: Reason of a selected case the run did not get to (it stopped first).
+NOT_REACHED = "not reached: the run stopped before this case finished"
+
+
+
+def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> dict[str, Any]:
+    """The run manifest: identity fields (compared on resume) plus environment (not compared).
+
+    Secrets are never written: provider settings are redacted by key name.
+    """
+    if settings.oracle_setting not in ORACLE_SETTINGS:
+        raise ConfigError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
+                          f"got {settings.oracle_setting!r}")
+    return {
+        "schema_version": io.SCHEMA_VERSION,
+        "provider": settings.provider,
+        "model": settings.model,
+        "provider_settings": io.redact_secrets(io.to_jsonable(model.describe())),
+        "provider_runtime": io.redact_secrets(io.to_jsonable(model.runtime_info())),
+        "oracle_setting": settings.oracle_setting,
+        "no_thinking": settings.no_thinking,
+        "seed": settings.seed,
+        "system_prompt_sha256": system_prompt_sha256(settings.system_prompt),
+        "benchmark_json_sha256": bundle.json_sha256,
+        "protocol_version": PROTOCOL_VERSION,
+        # Only sharded runs have it (sharding.py); an identity field, so a part folder is never
+        # resumed as another part or as an unsharded run.
+        **({"sharding": {"part": settings.part, "total_parts": settings.total_parts},
+            # which cases the part selected: a merge names parts run with other limits
+            SELECTION_FIELD: {"limit": settings.limit,
+                              "per_path_limit": settings.per_path_limit}}
+           if settings.part is not None else {}),
+        "benchmark_dir": str(bundle.layout.root),
+        **io.provenance(io.repo_root(), _MANIFEST_PACKAGES),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+@dataclass
+class CaseState:
+    """One case of a run: its dialogue so far and what the run folder needs of it.
+
+    Attributes:
+        dialogue: The conversation (replayed from the records on resume).
+        usages: Token counts of each answered turn, in turn order.
+        result_json: ``"<key_id>": <result>`` as it appears in ``all_results.json`` (set once
+            finished; a finished case never changes, so every checkpoint reuses it).
+        fault: Why the case's next turn got no answer (a fault in this invocation or, with
+            ``give_up_unanswered``, an earlier one); the case is not asked again in this
+            invocation.
+    """
+
+    dialogue: Dialogue
+    usages: list[dict[str, int]] = field(default_factory=list)
+    result_json: str | None = None
+    fault: str | None = None
+
+    @property
+    def key_id(self) -> str:
+        """The case's key_id."""
+        return self.dialogue.case.key_id
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the case has a turn to ask in this invocation."""
+        return not self.dialogue.finished and self.fault is None
+
+
+class FaultBreaker:
+    """Stops the run when ``limit`` requests in a row got no answer (the server is down).
+
+    Args:
+        limit: Requests in a row (``--max-consecutive-faults``); 0 never stops.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ConfigError(f"--max-consecutive-faults must be >= 0, got {limit}")
+        self.limit = limit
+        self.in_a_row = 0
+
+    def observe(self, completion: Completion) -> None:
+        """Count a completion.
+
+        Raises:
+            ProviderError: When ``limit`` completions in a row are faults.
+        """
+        if completion.status != FAULT:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        if self.limit and self.in_a_row >= self.limit:
+            raise ProviderError(
+                f"{self.in_a_row} request(s) in a row got no answer (last: {completion.error}). "
+                f"The server or the network is down, so the run stopped; nothing was recorded "
+                f"for those turns and the answered ones are kept. Re-run the same command once "
+                f"the server answers (--max-consecutive-faults sets the limit).")
+
+
+def record_fault(state: CaseState, prep: PreparedTurn, completion: Completion,
+                 store: RunStore, summary: RunSummary) -> None:
+    """Log a turn that got no answer to ``faults.jsonl`` and park its case for this invocation.
+
+    Nothing enters ``records.jsonl`` or the dialogue: a fault is not an answer of the model,
+    so a re-run asks the turn again (docs/engines.md, "Faults").
+    """
+    key_id = state.dialogue.case.key_id
+    state.fault = completion.error or "no answer"
+    summary.turns_faulted += 1
+    logger.warning("%s: no answer, the case stays unfinished: %s", prep.request.request_id,
+                   state.fault)
+    store.append_fault({"key_id": key_id, "turn": prep.turn.spec.name,
+                        "request_id": prep.request.request_id, "error": state.fault,
+                        "attempts": completion.attempts,
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
+    answer = rec.get("answer")
+    parsed = ParsedAnswer(tuple(answer) if answer else None, rec["status"],
+                          rec.get("detail", ""))
+    return TurnOutcome(raw=rec.get("raw", ""), parsed=parsed, correct=bool(rec["correct"]))
+
+
+def _replay(state: CaseState, records: dict[str, dict[str, Any]]) -> int:
+    """Rebuild a conversation from its records; returns the number of turns replayed."""
+    dialogue = state.dialogue
+    replayed = 0
+    while (turn := dialogue.next_turn) is not None and turn.spec.name in records:
+        rec = records[turn.spec.name]
+        dialogue.commit(dialogue.prepare(), _outcome_from_record(rec))
+        state.usages.append(dict(rec.get("usage") or {}))
+        replayed += 1
+    unused = set(records) - set(dialogue.history_idx)
+    if unused:
+        logger.warning("%s: ignoring record(s) %s that do not follow the recorded turns",
+                       dialogue.case.key_id, sorted(unused))
+    return replayed
+
+
+def _record(prepared: PreparedTurn, completion: Completion, parsed: ParsedAnswer,
+            correct: bool, key_id: str, batch_latency_s: float) -> dict[str, Any]:
+    usage = completion.usage
+    return {
+        "key_id": key_id,
+        "turn": prepared.turn.spec.name,
+        "turn_index": prepared.turn.spec.index,
+        "request_id": prepared.request.request_id,
+        "raw": completion.text or "",
+        "parsed": parsed.text,
+        "answer": list(parsed.answer) if parsed.answer else None,
+        "status": parsed.status,
+        "detail": parsed.detail,
+        "correct": correct,
+        "completion_status": completion.status,
+        "finish_reason": completion.finish_reason,
+        "error": completion.error,
+        "latency_s": completion.latency_s,
+        "batch_latency_s": batch_latency_s,
+        "attempts": completion.attempts,
+        "response_model": completion.response_model,
+        "usage": {"input_tokens": usage.input_tokens,
+                  "cached_input_tokens": usage.cached_input_tokens,
+                  "output_tokens": usage.output_tokens,
+                  "thinking_tokens": usage.thinking_tokens},
+        "oracle": prepared.oracle,
+    }
+
+
+def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[ParsedAnswer, bool]:
+    """Parse and score one completion of a prepared turn."""
+    turn = prepared.turn
+    status = completion.status if completion.status in COMPLETION_STATUSES else ERROR
+    parsed = parse_answer(completion.text, num_options=turn.num_options,
+                          multi_select=turn.multi_select, option_texts=turn.option_texts,
+                          none_index=turn.none_index, finish_reason=completion.finish_reason,
+                          completion_status=status)
+    return parsed, is_correct(parsed, turn.ground_truth, multi_select=turn.multi_select)
+
+
+def encode_results(path: Path, states: Iterable[CaseState], model_id: str) -> None:
+    """Build, validate and encode the result of each finished state not encoded yet.
+
+    Sets ``state.result_json``; the async runner calls it as each case finishes, so the work
+    overlaps the requests in flight instead of stalling the next checkpoint.
+
+    Raises:
+        SchemaError: If a result does not validate (names ``path`` and the key_ids).
+    """
+    new = {s.dialogue.case.key_id: s for s in states
+           if s.result_json is None and s.dialogue.finished}
+    if not new:
+        return
+    data = io.to_jsonable({key_id: build_case_result(s.dialogue, s.usages, model_id)
+                           for key_id, s in new.items()})
+    schema.parse_all_results(data, path)
+    for key_id, result in data.items():
+        new[key_id].result_json = encode_member(key_id, result)
+
+
+def encode_member(key_id: str, value: Any) -> str:
+    """``"<key_id>": <value>`` as a member of the indent-2 top-level object."""
+    # a nested value is its standalone indent-2 text with each line shifted by one level
+    # (JSON strings hold no raw newlines)
+    return (json.dumps(key_id, ensure_ascii=False) + ": "
+            + json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n  "))
+
+
+def unfinished_result(state: CaseState) -> dict[str, Any]:
+    """The ``all_results.json`` entry of a selected case that did not finish.
+
+    Every stage block is empty and ``unfinished`` says why (``next_turn``, ``turns_answered``,
+    ``reason``): Stage 04 counts the case as missing, never as wrong answers
+    (docs/engines.md, "Faults").
+    """
+    dialogue = state.dialogue
+    case = dialogue.case
+    nxt = dialogue.next_turn
+    return {"key_id": case.key_id, "qa_path": case.qa_path, "detection_qa": {},
+            "contour_evaluation_qa": {}, "contour_revision_qa": {},
+            "attribute_extraction_qa": {},
+            "unfinished": {"next_turn": nxt.spec.name if nxt is not None else None,
+                           "turns_answered": len(dialogue.outcomes),
+                           "reason": state.fault or NOT_REACHED}}
+
+
+def results_members(states: Iterable[CaseState], model_id: str, results_path: Path,
+                    selected: Collection[str] = ()) -> list[str]:
+    """The encoded ``all_results.json`` members of ``states``, in their order.
+
+    Finished cases are built, validated and encoded once, then cached on their state
+    (:func:`encode_results`): rebuilding and re-encoding every case at each checkpoint
+    (pure-Python indented JSON) took ~1.8 s at 2,000 cases and stalled the async runner's event
+    loop (benchmarks/bench_api_throughput.py). Selected cases (``selected`` key_ids) that have
+    not finished become :func:`unfinished_result` entries, so the file lists every case the run
+    was asked for; a run whose cases all finished has none, and its file is the release's.
+
+    Raises:
+        SchemaError: If a new case result does not validate (names the file and key_ids).
+    """
+    states = list(states)
+    encode_results(results_path, states, model_id)
+    members = []
+    for state in states:
+        if state.result_json is not None:
+            members.append(state.result_json)
+        elif state.key_id in selected:
+            members.append(encode_member(state.key_id, unfinished_result(state)))
+    return members
+
+
+class RunSession:
+    """A run folder opened for (re)starting: what both runners share.
+
+    Made by :func:`open_session`; the runners ask turns and hand each completion to
+    :meth:`finish`, which records it (or its fault) through the store.
+
+    Attributes:
+        store: The run folder.
+        settings: The run's settings.
+        states: Every case with records or selected, in benchmark order (replayed).
+        active_states: The selected cases' states, in selection order.
+        summary: The summary, with ``turns_resumed`` filled in.
+        breaker: Stops the run when too many requests in a row get no answer.
+        writer: Appends to ``records.jsonl`` (closed by :meth:`close`).
+    """
+
+    def __init__(self, store: RunStore, settings: EvalSettings, states: dict[str, CaseState],
+                 active_states: list[CaseState], summary: RunSummary, *,
+                 fsync_every: int = FSYNC_EVERY,
+                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> None:
+        self.store = store
+        self.settings = settings
+        self.states = states
+        self.active_states = active_states
+        self.summary = summary
+        self.breaker = FaultBreaker(settings.max_consecutive_faults)
+        self.writer = store.writer(fsync_every, fsync_interval_s)
+        self.dirty = False
+
+    def write_results(self) -> int:
+        """Rewrite ``all_results.json`` (finished cases, unfinished selected ones marked).
+
+        Returns:
+            The number of finished cases written.
+        """
+        self.writer.sync()  # the records behind the results are on disk first
+        selected = {s.key_id for s in self.active_states}
+        self.store.write_results(results_members(self.states.values(), self.settings.model,
+                                                 self.store.results_path, selected))
+        self.dirty = False
+        return sum(s.dialogue.finished for s in self.states.values())
+
+    def finish(self, state: CaseState, prep: PreparedTurn, completion: Completion,
+               batch_latency_s: float) -> bool:
+        """Record one completion (its answer, or its fault); returns whether it was an answer.
+
+        Raises:
+            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
+        """
+        self.dirty = True
+        if completion.status == FAULT:
+            record_fault(state, prep, completion, self.store, self.summary)
+            self.breaker.observe(completion)
+            return False
+        self.breaker.observe(completion)
+        self.writer.append(finish_turn(state, prep, completion, self.summary,
+                                       self.settings.model, batch_latency_s))
+        return True
+
+    def close(self) -> RunSummary:
+        """Close the records, rewrite ``all_results.json`` if it is behind, fill the summary.
+
+        Also after a resume: a kill between the last record and the last rewrite leaves
+        ``all_results.json`` behind ``records.jsonl``.
+        """
+        self.writer.close()
+        if self.dirty or self.summary.turns_resumed or not self.store.results_path.exists():
+            self.write_results()
+        return finalize_summary(self)
+
+
+def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
+                 settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
+                 fsync_every: int = FSYNC_EVERY,
+                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> RunSession:
+    """Open the run folder: check or write the manifest, replay the records, build case states.
+
+    Args:
+        bundle: The loaded benchmark (key order and JSON hash).
+        cases: Validated, planned cases to evaluate.
+        model: The provider (its settings go into the manifest).
+        settings: Run identity and checkpointing.
+        run_dir: ``io.eval_run_dir(...)``.
+        overwrite: Delete an earlier run's manifest, records, faults and results first.
+        fsync_every: Records between two fsyncs of ``records.jsonl``.
+        fsync_interval_s: Seconds between two fsyncs of ``records.jsonl``.
+
+    Raises:
+        ConfigError: On a bad ``save_every`` or a manifest that differs in an identity field.
+        SchemaError: If ``records.jsonl`` is corrupt.
+    """
+    if settings.save_every < 1:
+        raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
+    store = RunStore(run_dir)
+    store.open(build_manifest(settings, model, bundle), overwrite=overwrite)
+    records = store.load_records()
+
+    selected = {c.key_id for c in cases}
+    extra_keys = [k for k in records if k not in selected and k in bundle.items]
+    foreign = [k for k in records if k not in bundle.items]
+    if foreign:
+        logger.warning("records.jsonl has %d case(s) not in the benchmark (ignored), e.g. %s",
+                       len(foreign), foreign[0])
+    planned = {c.key_id: c for c in (*cases, *plan_cases(bundle, extra_keys))}
+    states = {key_id: CaseState(Dialogue(planned[key_id], settings.oracle_setting,
+                                         settings.system_prompt))
+              for key_id in bundle.items if key_id in planned}
+    summary = RunSummary(run_dir=store.run_dir, all_results_path=store.results_path,
+                         cases_selected=len(cases))
+    for key_id, state in states.items():
+        replayed = _replay(state, records.get(key_id, {}))
+        if key_id in selected:
+            summary.turns_resumed += replayed
+    if summary.turns_resumed:
+        logger.info("resume: %d turn(s) already recorded; not requested again",
+                    summary.turns_resumed)
+    earlier = {k: v for k, v in store.unanswered(records).items() if k in selected}
+    if earlier:
+        if settings.give_up_unanswered:
+            for key_id, reason in earlier.items():
+                states[key_id].fault = reason
+            logger.warning("--give-up-unanswered: %d case(s) whose turn got no answer earlier "
+                           "are not asked again (counted as missing)", len(earlier))
+        else:
+            logger.info("asking again %d turn(s) that got no answer earlier", len(earlier))
+    return RunSession(store, settings, states, [states[c.key_id] for c in cases], summary,
+                      fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
+
+
+def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
+                summary: RunSummary, model_id: str, batch_latency_s: float) -> dict[str, Any]:
+    """Score a completion, commit it to the dialogue, count it; returns the record to append.
+
+    Raises:
+        ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`).
+    """
+    if completion.status == FAULT:
+        raise ValueError(f"{prep.request.request_id}: a fault is not an answer")
+    parsed, correct = score_completion(prep, completion)
+    record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
+                     batch_latency_s)
+    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct))
+    usage = completion.usage
+    state.usages.append(dict(record["usage"]))
+    summary.usage.update(input=usage.input_tokens, cached_input=usage.cached_input_tokens,
+                         output=usage.output_tokens, thinking=usage.thinking_tokens)
+    summary.add_cost(cost_usd(model_id, usage))
+    summary.turns_requested += 1
+    return record
+
+
+def finalize_summary(session: RunSession) -> RunSummary:
+    """Count finished cases and statuses of the selected cases into the summary."""
+    summary = session.summary
+    for state in session.active_states:
+        summary.cases_finished += state.dialogue.finished
+        summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
+        if not state.dialogue.finished:
+            summary.unfinished[state.dialogue.case.key_id] = state.fault or NOT_REACHED
+            if session.settings.give_up_unanswered and state.fault is not None:
+                summary.given_up.add(state.dialogue.case.key_id)
+    return summary
+
+
