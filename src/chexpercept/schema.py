@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.lesions import LESIONS
+from utils.status import ANSWER_STATUSES
 
 # ======================================================================================
 # Config (cfg/*.yaml); original_release_spec.md section 7.5 plus our keys
@@ -623,7 +624,7 @@ def parse_deformation_results(data: Any, path: str | Path) -> dict[str, Deformat
 # Stage 03 -> 04: all_results.json (spec section 5.8)
 # ======================================================================================
 
-STATUSES = ("ok", "unparseable", "refused", "truncated", "error", "blocked")
+STATUSES = ANSWER_STATUSES
 """Per-turn answer statuses; anything but ``ok`` scores as wrong (docs/parsing.md)."""
 
 

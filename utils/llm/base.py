@@ -13,19 +13,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from utils.errors import ProviderError
+from utils.status import Status
 
 Role = Literal["system", "user", "assistant"]
 
-#: Completion statuses of an answer (docs/engines.md, "Faults"). ``ok``: the provider returned
-#: text (parsed later); ``refused``: the model declined; ``truncated``: cut off at the token
-#: limit; ``error``: this request alone cannot succeed (a dialogue that outgrew the context, an
-#: input the engine rejects); ``blocked``: a provider-side filter withheld the answer (safety
-#: filter, blocked prompt, empty candidate), counted apart from the model's own refusals.
-COMPLETION_STATUSES = ("ok", "refused", "truncated", "error", "blocked")
-#: Status of a completion that carries no answer: a fault of the network, the server or the
-#: provider outlasted the retries. Never recorded as an answer: the runner keeps the case
-#: unfinished and a re-run asks the turn again.
-FAULT = "fault"
+#: Completion statuses of an answer, and the no-answer status of a fault (``utils.status``).
+FAULT = Status.FAULT
 
 
 @dataclass(frozen=True)

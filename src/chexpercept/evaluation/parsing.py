@@ -60,10 +60,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Parse statuses (``chexpercept.schema.STATUSES``); anything but ``ok`` scores as wrong.
-OK, UNPARSEABLE, REFUSED, TRUNCATED, ERROR = "ok", "unparseable", "refused", "truncated", "error"
-#: A provider-side filter withheld the response (not the model's own refusal).
-BLOCKED = "blocked"
+from utils.status import Status
+
+#: Parse statuses (``utils.status.Status``); anything but ``ok`` scores as wrong.
+OK, UNPARSEABLE, REFUSED = Status.OK, Status.UNPARSEABLE, Status.REFUSED
+TRUNCATED, ERROR, BLOCKED = Status.TRUNCATED, Status.ERROR, Status.BLOCKED
 
 #: Finish reasons meaning "stopped at the token limit" (vLLM/OpenAI, Anthropic, Gemini).
 LENGTH_FINISH_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})

@@ -40,8 +40,9 @@ from chexpercept.evaluation.store import (
     SELECTION_FIELD,
     RunStore,
 )
-from utils.llm.base import COMPLETION_STATUSES, FAULT, ChatModel, Completion
+from utils.llm.base import FAULT, ChatModel, Completion
 from utils.llm.pricing import cost_usd
+from utils.status import COMPLETION_STATUSES
 
 logger = logging.getLogger(__name__)
 
