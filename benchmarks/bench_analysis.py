@@ -1,8 +1,8 @@
 """Benchmark of Stage 04 (analysis) on a paper-sized synthetic input.
 
 Generates, in a temporary folder, 14 models x 2,100 cases of synthetic Stage 03 results in the
-release schema (original_release_spec.md section 5.8; per lesion 100 lesion-free, 100
-revision-free and 100 revision-required cases, paper_notes.md section 1.3) for the two oracle
+release schema (docs/evaluation_protocol.md, "Run folder"; per lesion 100 lesion-free, 100
+revision-free and 100 revision-required cases, docs/paper.md, "Benchmark size") for the two oracle
 settings ``implicit`` and ``none``, plus a matching ``chexpercept.json`` (for the chance rows),
 then runs ``01_analyze_model_performance.py`` end to end (all tables and plots, 1,000
 bootstrap resamples) in a child process, ``--repeat`` times per setting, and

@@ -9,15 +9,15 @@ latency) with ``--latency`` seconds per request, and runs the ``openai`` provide
 HTTP) through the async runner at ``--concurrency``:
 
 1. no faults: achieved requests/s over the Little's-law ceiling ``concurrency / latency``
-   (64 / 0.2 s = 320/s; harness_anchors.md section 3.6 T1, target >= 0.9), and side by side
+   (64 / 0.2 s = 320/s; docs/design.md, "Concurrency", target >= 0.9), and side by side
    the same number of requests through the bare openai SDK (same clients, one fixed body): the
    floor the SDK sets on this machine, since at 320 requests/s one Python process spends most
    of a core in the SDK and httpx2;
 2. ``--fault-rate`` injected 429 (Retry-After 0.05 s) / 500: completed turns/s over the same
-   ceiling (T3b, target >= 0.8) and lost turns (target 0);
+   ceiling (docs/design.md, "Retries", target >= 0.8) and lost turns (target 0);
 3. kill and resume: ``00_eval.py`` in a child process, SIGKILL once half the turns are
    recorded, then the same command again; requests re-issued = requests served - turns
-   (T4, target <= concurrency).
+   (docs/design.md, "Resume", target <= concurrency).
 
 Prints the figures; asserts nothing. Runs in < 3 minutes with the defaults on 2 cores.
 

@@ -6,7 +6,7 @@ boxes, markdown emphasis and headings, several ``Answer:`` lines, option-text an
 multi-select lists, unclosed or cut-off reasoning, refusals and garbage without a declaration)
 over the benchmark's real question shapes (yes/no, points, masks, zones, severity, location,
 comparison), then parses all of them repeatedly on one core and prints responses per second,
-the ratio to the target (50,000/s; harness_anchors.md section 3.6 T6 asks for >= 10,000/s) and
+the ratio to the target (50,000/s; docs/design.md, "Throughput targets", floor 10,000/s) and
 the status mix. No assertion on timings.
 
 Usage::

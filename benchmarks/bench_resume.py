@@ -13,7 +13,7 @@ runs the evaluation in a child process, SIGKILLs it as soon as ``records.jsonl``
 turns (sync: once the next batch is in flight, i.e. inside ``generate``, where a batched run
 spends its time), re-runs it to the end, and counts the requests issued in both runs. The fake
 models log every request when it is *issued*, so the count includes requests that were in
-flight at the kill. Targets (harness_anchors.md section 3.6 T4): async <= concurrency
+flight at the kill. Targets (docs/design.md, "Resume"): async <= concurrency
 re-issued; sync <= one turn batch. It also checks that every turn has exactly one record. No
 assertion on timings.
 

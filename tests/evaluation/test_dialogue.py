@@ -1,4 +1,7 @@
-"""Dialogue construction and the three oracle settings (spec sections 5.2-5.4)."""
+"""Dialogue construction and the three oracle settings.
+
+See docs/evaluation_protocol.md, "Turn order", "Prompt structure" and "Oracle settings".
+"""
 
 from __future__ import annotations
 
@@ -149,7 +152,7 @@ def test_whole_history_with_images_is_resent(bundle, tmp_path):
     assert last.messages[0].role == "system" and last.messages[0].text == SYSTEM_PROMPT
     roles = [m.role for m in last.messages[1:]]
     assert roles == ["user", "assistant"] * 8 + ["user"]
-    assert sum(len(m.images) for m in last.messages) == 7  # 1 + 1 + 1 + 4 (spec section 5.3)
+    assert sum(len(m.images) for m in last.messages) == 7  # 1 + 1 + 1 + 4 images
     history = results[RR]["chat_history"]
     replayed = [m.text for m in last.messages if m.role == "assistant"]
     assert replayed == [e[2] for e in history[:8]]  # raw text, reasoning included

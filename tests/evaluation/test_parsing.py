@@ -69,7 +69,7 @@ TABLE = [
     ("Answer: 0", YES_NO, S, "stop", None, UNP),
     ("Answer: 1, 2", YES_NO, S, "stop", None, UNP),
     ("Answer: 1 or 2", YES_NO, S, "stop", None, UNP),
-    # defect 11: integers elsewhere in the text are never taken as the answer
+    # docs/differences.md: integers elsewhere in the text are never taken as the answer
     ("The lesion spans 2 zones and the mask needs 1 revision.", ZONES, S, "stop", None, UNP),
     ("The lesion is in 2 zones, Answer 1", ZONES, S, "stop", None, UNP),
     ("I see 3 lesions.\nProbably the second.", ZONES, S, "stop", None, UNP),

@@ -1,4 +1,4 @@
-"""All-or-nothing scoring (spec section 5.6)."""
+"""All-or-nothing scoring (docs/evaluation_protocol.md, "Scoring")."""
 
 from __future__ import annotations
 

@@ -166,7 +166,10 @@ def test_bad_settings_are_config_errors(tiny_model, tmp_path):
 
 
 def test_hulu_med_path_calls(monkeypatch, tmp_path, images):
-    """Hulu-Med (remote code) is called as the release does (spec section 5.7), with fakes."""
+    """Hulu-Med (remote code) is called as the release does, with fakes.
+
+    See docs/evaluation_protocol.md, "Providers".
+    """
     calls = {}
 
     class FakeTokenizer:

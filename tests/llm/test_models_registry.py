@@ -10,7 +10,7 @@ import pytest
 from utils.errors import ConfigError
 from utils.llm.models import MODELS, model_fingerprint, paper_models, resolve_model
 
-PAPER = {  # paper_notes.md section 2.5 model identifiers
+PAPER = {  # docs/paper.md, "Models": the model identifiers
     "gemini-3.1-pro": "gemini-3.1-pro", "gemini-3.1-flash": "gemini-3.1-flash",
     "gpt-5.4": "gpt-5.4", "gpt-5.4-nano": "gpt-5.4-nano",
     "qwen3.6-27b": "Qwen/Qwen3.6-27B", "qwen3.5-moe": "Qwen/Qwen3.5-122B-A10B",
@@ -51,7 +51,7 @@ def test_release_settings_per_alias():
         else:
             assert (spec.backend, spec.provider) == ("vllm", "opensource"), alias
             # every vLLM model takes the 7 images of a revision-required dialogue, medgemma
-            # included (the release omitted it there: spec section 8, item 23)
+            # included (the release omitted it there: docs/differences.md)
             assert spec.limit_mm_per_prompt == {"image": 7}, alias
         assert spec.thinking is alias.startswith("qwen"), alias
     assert MODELS["glm-4v"].gpu_num == 4 and MODELS["huatuo"].gpu_num == 4

@@ -29,16 +29,16 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONCURRENCY = 16
 #: Default per-attempt HTTP timeout in seconds (``--request-timeout``).
 DEFAULT_TIMEOUT_S = 600.0
-#: Output-token budget per call (spec section 5.7: ``max_completion_tokens`` / ``max_output_tokens``
-#: 8192 in the release).
+#: Output-token budget per call (``max_completion_tokens`` / ``max_output_tokens`` 8192 in the
+#: release; docs/evaluation_protocol.md, "Providers").
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
-#: Encoded images kept in memory, at least; a case resends its earlier images every turn (spec
-#: 5.3), so the cache must hold the images of every open case: the async runner keeps
-#: ``2 * concurrency`` cases open (a case in retry backoff hands its permit to another) with up
-#: to 7 images each (revision-required path), hence :data:`IMAGES_PER_SLOT` entries per request
-#: in flight. An LRU smaller than that working set misses on nearly every access: with 8 entries
-#: per slot, 70 % of the image lookups at concurrency 64 re-read and re-encoded the file
-#: (benchmarks/bench_api_throughput.py).
+#: Encoded images kept in memory, at least; a case resends its earlier images every turn
+#: (docs/evaluation_protocol.md, "Prompt structure"), so the cache must hold the images of every
+#: open case: the async runner keeps ``2 * concurrency`` cases open (a case in retry backoff
+#: hands its permit to another) with up to 7 images each (revision-required path), hence
+#: :data:`IMAGES_PER_SLOT` entries per request in flight. An LRU smaller than that working set
+#: misses on nearly every access: with 8 entries per slot, 70 % of the image lookups at
+#: concurrency 64 re-read and re-encoded the file (benchmarks/bench_api_throughput.py).
 _IMAGE_CACHE_SIZE = 256
 #: Cache entries per request in flight (2 open cases x 7 images, rounded up; see above).
 IMAGES_PER_SLOT = 16

@@ -31,7 +31,10 @@ def format_answer(indices: int | list[int] | tuple[int, ...]) -> str:
 
 
 class DummyModel(ChatModel):
-    """Always answers ``1``, like the release's ``DummyLLM`` (spec section 5.7)."""
+    """Always answers ``1``, like the release's ``DummyLLM``.
+
+    See docs/evaluation_protocol.md, "Providers".
+    """
 
     provider = "dummy"
 

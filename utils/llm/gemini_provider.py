@@ -4,14 +4,15 @@ Credentials: ``GEMINI_API_KEY`` / ``GOOGLE_API_KEY`` or ``gemini.api_key`` in ap
 the Developer API; otherwise Vertex AI with ``gemini.project`` (or ``GOOGLE_CLOUD_PROJECT``),
 ``gemini.location`` (default ``global``, the release's) and optionally
 ``gemini.credentials_path`` (a service-account JSON, loaded directly; the process environment
-is not modified, unlike the release, spec section 5.1).
+is not modified, unlike the release; docs/evaluation_protocol.md, "Providers").
 
-Requests follow the release (spec section 5.7): ``system_instruction``, the whole history with
-every earlier image as inline bytes (spec section 5.3; image parts before the text, as Google's
-prompting guide recommends), ``max_output_tokens=8192``. Gemini 3 models get
-``ThinkingConfig(thinking_level=...)`` (default ``medium``, the release's) and temperature 1.0
-(the release's, and Google's recommendation for Gemini 3); ``no_thinking`` uses the lowest level
-(``minimal`` for Flash models, ``low`` for Pro). Gemini 2.5 models get ``thinking_budget=0``
+Requests follow the release (docs/evaluation_protocol.md, "Providers"): ``system_instruction``,
+the whole history with every earlier image as inline bytes (docs/evaluation_protocol.md,
+"Prompt structure"; image parts before the text, as Google's prompting guide recommends),
+``max_output_tokens=8192``. Gemini 3 models get ``ThinkingConfig(thinking_level=...)``
+(default ``medium``, the release's) and temperature 1.0 (the release's, and Google's
+recommendation for Gemini 3); ``no_thinking`` uses the lowest level (``minimal`` for Flash
+models, ``low`` for Pro). Gemini 2.5 models get ``thinking_budget=0``
 (Flash) or 128 (Pro) under ``no_thinking``; other models temperature 0. The SDK retries nothing
 by default, and no ``retry_options`` are passed: :mod:`utils.llm.retry` does the retries,
 honouring ``Retry-After`` and the ``RetryInfo.retryDelay`` of a 429 body.
@@ -51,9 +52,9 @@ logger = logging.getLogger(__name__)
 
 #: Thinking levels of Gemini 3 (``--reasoning-effort`` for this provider).
 THINKING_LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high")
-#: Default Gemini 3 thinking level (spec section 5.7).
+#: Default Gemini 3 thinking level (docs/evaluation_protocol.md, "Providers").
 DEFAULT_THINKING_LEVEL = "medium"
-#: Default Vertex AI location (spec section 5.7).
+#: Default Vertex AI location (docs/evaluation_protocol.md, "Providers").
 DEFAULT_LOCATION = "global"
 
 _BLOCKED = {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY",
@@ -343,7 +344,10 @@ def _enum_name(value: Any) -> str | None:
 
 
 def _usage(meta: Any) -> Usage:
-    """Gemini usage -> :class:`Usage`: output = candidates + thoughts (spec section 5.7)."""
+    """Gemini usage -> :class:`Usage`: output = candidates + thoughts.
+
+    See docs/evaluation_protocol.md, "Providers" (token counts).
+    """
     if meta is None:
         return Usage()
     thoughts = int(getattr(meta, "thoughts_token_count", 0) or 0)

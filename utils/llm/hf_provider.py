@@ -1,6 +1,6 @@
 """Stage 03 provider ``transformers``: open-weight VLMs through HF transformers (CPU or GPU).
 
-Generic path (transformers 5.x, shared/reference/components.md section 5):
+Generic path (transformers 5.x; docs/evaluation_protocol.md, "Providers"):
 ``AutoModelForImageTextToText`` + ``AutoProcessor``; each chunk of ``batch_size`` conversations is
 one ``processor.apply_chat_template(batch, ..., processor_kwargs={"padding": True})`` with left
 padding and one greedy ``model.generate`` call. bf16 on GPU, fp32 on CPU. A chunk that runs out
@@ -102,7 +102,7 @@ class TransformersChatModel(ChatModel):
             ``cpu``.
         batch_size: ``--batch-size``: conversations per ``generate`` call (generic path);
             None uses 8. Hulu-Med always runs one at a time.
-        max_new_tokens: Output-token cap per turn; None uses 8192 (spec section 5.7).
+        max_new_tokens: Output-token cap per turn; None uses 8192 (docs/engines.md, "Decoding").
         no_thinking: Pass ``enable_thinking=False`` to the chat template (models whose template
             has the switch, and custom models).
         seed: Recorded only (decoding is greedy).

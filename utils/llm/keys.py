@@ -3,10 +3,10 @@
 The key file (``api_info/api_keys.yaml`` at the repository root, or ``--api-keys``) is read only
 when the chosen provider needs a value that the environment does not give, and only the
 provider's own block is ``${VAR}``-expanded, so an unset variable in another provider's block
-does not matter (unlike the release, spec section 8 items 21-22: file required for every
-provider, opened CWD-relative). Values never reach a log, record or manifest: messages name the
-environment variable and the YAML key, never the value, and :func:`redact` scrubs provider
-error texts.
+does not matter (unlike the release, whose key file was required for every provider and opened
+relative to the working directory: docs/differences.md). Values never reach a log, record or
+manifest: messages name the environment variable and the YAML key, never the value, and
+:func:`redact` scrubs provider error texts.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Model registry for Stage 03: the paper's models, their release aliases and engine settings.
 
-Settings follow original_release_spec.md section 5.7 (``model_configs.py``) and paper_notes.md
-section 2.5, with one deliberate change: every vLLM model gets ``limit_mm_per_prompt
-{"image": 7}``, ``medgemma`` included (spec section 8, defect 23: a revision-required dialogue
-carries up to 1 + 1 + 1 + 4 = 7 images, spec section 5.3).
+Settings follow the release's ``model_configs.py`` and the paper (docs/paper.md, "Models";
+docs/evaluation_protocol.md, "Providers"), with one deliberate change: every vLLM model gets
+``limit_mm_per_prompt {"image": 7}``, ``medgemma`` included (the release left it out:
+docs/differences.md; a revision-required dialogue carries up to 1 + 1 + 1 + 4 = 7 images,
+docs/evaluation_protocol.md, "Prompt structure").
 
 ``resolve_model(name, provider, model_path=...)`` turns a ``--model`` value into a
 :class:`ModelSpec`: a registered alias, the HF id of one (mapped back to its alias), or, for the
@@ -28,12 +29,13 @@ logger = logging.getLogger(__name__)
 #: Providers that run open weights locally (and so accept HF ids / local folders).
 LOCAL_PROVIDERS: tuple[str, ...] = ("opensource", "transformers")
 
-#: Context length of every open-source alias unless noted (spec section 5.7).
+#: Context length of every open-source alias unless noted (docs/engines.md, "Decoding").
 DEFAULT_MAX_MODEL_LEN = 65536
-#: Images per prompt for vLLM: the most a dialogue carries (spec sections 5.3 and 8, item 23).
+#: Images per prompt for vLLM: the most a dialogue carries (docs/differences.md;
+#: docs/evaluation_protocol.md, "Prompt structure").
 MAX_IMAGES_PER_PROMPT = 7
-#: Output-token budget of every local model (spec section 5.7: vLLM ``max_tokens`` and Hulu-Med
-#: ``max_new_tokens`` are both 8192).
+#: Output-token budget of every local model (vLLM ``max_tokens`` and Hulu-Med ``max_new_tokens``
+#: are both 8192 in the release; docs/evaluation_protocol.md, "Providers").
 DEFAULT_MAX_TOKENS = 8192
 
 
@@ -47,7 +49,7 @@ class ModelSpec:
             ``azure``, ``gemini``).
         backend: ``vllm``, ``transformers`` or ``api``.
         model_id: HF repo id for open weights, API model / deployment id for API models.
-        domain: ``general`` or ``medical`` (spec section 5.7 meta field).
+        domain: ``general`` or ``medical`` (the release's meta field; docs/paper.md, "Models").
         description: One line for listings.
         model_path: Local folder to load instead of ``model_id`` (``--model-path``), or None.
         max_model_len: Context length in tokens (vLLM ``max_model_len``; Hulu-Med's tokenizer
@@ -59,12 +61,14 @@ class ModelSpec:
             passes ``enable_thinking=False``); None when unknown (custom models: passed, a
             template that does not know it ignores it).
         gpu_num: Tensor-parallel cap: TP is the largest divisor of it not above the number of
-            visible GPUs (the release's ``gpu_num``, spec section 5.7); None for no cap.
+            visible GPUs (the release's ``gpu_num``; docs/evaluation_protocol.md, "Providers");
+            None for no cap.
         engine_kwargs: Extra ``vllm.LLM`` keyword arguments.
         hf_interface: How the transformers provider loads it: ``image-text-to-text``
             (``AutoModelForImageTextToText`` + ``AutoProcessor``) or ``hulu-med`` (remote-code
-            ``AutoModelForCausalLM`` and Hulu-Med's processor, spec section 5.7).
-        paper: Whether the model is one of the paper's 14 (paper_notes.md section 1).
+            ``AutoModelForCausalLM`` and Hulu-Med's processor; docs/evaluation_protocol.md,
+            "Providers").
+        paper: Whether the model is one of the paper's 14 (docs/paper.md, "Models").
     """
 
     alias: str
@@ -106,7 +110,8 @@ def _api(alias: str, provider: str, description: str) -> ModelSpec:
                      limit_mm_per_prompt=None, dtype="auto", thinking=None)
 
 
-#: Every registered model by alias (spec section 5.7 table; API ids from the README examples).
+#: Every registered model by alias (the release's table, docs/paper.md, "Models"; API ids from
+#: the release's README examples).
 MODELS: dict[str, ModelSpec] = {m.alias: m for m in (
     _vllm("qwen3.5-moe", "Qwen/Qwen3.5-122B-A10B", "general",
           "Qwen3.5 122B-A10B MoE (hybrid thinking)", thinking=True),
@@ -148,7 +153,7 @@ _API_PROVIDERS = {"gemini": ("gemini",), "azure": ("azure", "openai")}
 
 
 def paper_models() -> list[ModelSpec]:
-    """The 14 models of the paper, in registry order (paper_notes.md section 1)."""
+    """The 14 models of the paper, in registry order (docs/paper.md, "Models")."""
     return [m for m in MODELS.values() if m.paper]
 
 

@@ -5,11 +5,12 @@
 the model name (the model name drives pricing and parameter choice, the deployment the URL
 ``{endpoint}/openai/deployments/{deployment}/chat/completions?api-version=...``).
 
-Requests follow the release (spec section 5.7): system message, then the whole history with
-every earlier image as a base64 data URL (spec section 5.3), ``max_completion_tokens=8192``. For
-reasoning models (``gpt-5*``, ``o1``/``o3``/``o4*``) we send ``max_completion_tokens`` and
-``reasoning_effort`` (default ``medium``, the release's) and never ``temperature`` (they reject
-non-default values); other models get ``max_tokens``, ``temperature=0`` and ``seed``.
+Requests follow the release (docs/evaluation_protocol.md, "Providers"): system message, then the
+whole history with every earlier image as a base64 data URL (docs/evaluation_protocol.md,
+"Prompt structure"), ``max_completion_tokens=8192``. For reasoning models (``gpt-5*``,
+``o1``/``o3``/``o4*``) we send ``max_completion_tokens`` and ``reasoning_effort`` (default
+``medium``, the release's) and never ``temperature`` (they reject non-default values); other
+models get ``max_tokens``, ``temperature=0`` and ``seed``.
 ``no_thinking`` lowers ``reasoning_effort`` to the least the model family accepts
 (``none`` for gpt-5.1+, ``minimal`` for gpt-5, ``low`` for o-series) and, for other models on an
 OpenAI-compatible server, sends ``chat_template_kwargs.enable_thinking=false`` (vLLM/SGLang).
@@ -46,12 +47,13 @@ from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: ``reasoning_effort`` values the SDK accepts (components.md section 6a).
+#: ``reasoning_effort`` values the SDK accepts (docs/evaluation_protocol.md, "Providers").
 REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
-#: Default effort of reasoning models (spec section 5.7: the release sends ``medium``).
+#: Default effort of reasoning models (the release sends ``medium``; docs/evaluation_protocol.md,
+#: "Providers").
 DEFAULT_REASONING_EFFORT = "medium"
 #: Azure API version when neither the environment nor api_keys.yaml gives one (supports
-#: ``reasoning_effort`` and ``max_completion_tokens``; components.md section 6a).
+#: ``reasoning_effort`` and ``max_completion_tokens``; docs/evaluation_protocol.md, "Providers").
 DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
 #: Key used for a keyless OpenAI-compatible server (vLLM/SGLang/Ollama ignore it).
 LOCAL_SERVER_KEY = "EMPTY"
@@ -222,9 +224,10 @@ def encode_body(model: str, request: TurnRequest, images: Any, image_detail: str
     ``{"model": model, "messages": build_messages(...), **params}``.
 
     Built from fragments instead of a dict tree: every earlier image of the case is re-sent each
-    turn (spec section 5.3), and each image part is encoded once per file
-    (:class:`~utils.llm._api.ImageCache` kind ``data_url_json``) rather than re-walked and
-    re-escaped by ``json.dumps`` per request; measured with benchmarks/bench_api_throughput.py.
+    turn (docs/evaluation_protocol.md, "Prompt structure"), and each image part is encoded
+    once per file (:class:`~utils.llm._api.ImageCache` kind ``data_url_json``) rather than
+    re-walked and re-escaped by ``json.dumps`` per request; measured with
+    benchmarks/bench_api_throughput.py.
 
     Args:
         model: The ``model`` field.

@@ -1,8 +1,8 @@
-"""API prices (``cfg/pricing.yaml``) and the cost of one call (original_release_spec.md 5.9).
+"""API prices (``cfg/pricing.yaml``) and the cost of one call (docs/evaluation_protocol.md, "Cost").
 
 The table lives in ``cfg/pricing.yaml`` (USD per 1M tokens), not in code. A model id matches an
 entry by exact id or alias, case-insensitively, ignoring a leading ``<vendor>/`` or ``models/``
-and a trailing ``-YYYY-MM-DD`` snapshot date. Unlike the release (spec section 8 item 28: only
+and a trailing ``-YYYY-MM-DD`` snapshot date. Unlike the release (docs/differences.md: only
 ``-preview`` ids were priced, README names cost $0), ``gemini-3.1-pro`` matches through its
 alias, and a model with no entry costs ``None`` (reported as NA, warned once), never 0.
 """
@@ -36,9 +36,9 @@ class ProviderConstants(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     image_tokens: int = Field(ge=0)
-    """Tokens billed per attached image (spec section 5.9)."""
+    """Tokens billed per attached image (docs/evaluation_protocol.md, "Cost")."""
     cache_min_tokens: int = Field(ge=0)
-    """Shortest prefix the provider caches, in tokens (spec section 5.9)."""
+    """Shortest prefix the provider caches, in tokens (docs/evaluation_protocol.md, "Cost")."""
 
 
 class ModelPrice(BaseModel):
@@ -167,8 +167,8 @@ def _lookup(model_id: str, table: PricingTable) -> PriceMatch | None:
 def cost_usd(model_id: str, usage: Usage, path: str | Path | None = None) -> float | None:
     """Estimated cost of one call in USD.
 
-    cost = ((input - cached) * in + cached * cached_price + output * out) / 1e6 (spec section
-    5.9).
+    cost = ((input - cached) * in + cached * cached_price + output * out) / 1e6
+    (docs/evaluation_protocol.md, "Cost").
 
     Args:
         model_id: Model id or alias.

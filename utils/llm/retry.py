@@ -1,8 +1,8 @@
 """Bounded retries for API providers: exponential backoff with full jitter, ``Retry-After`` first.
 
 The SDKs' own retries are switched off (``max_retries=0`` for openai; no ``retry_options`` for
-google-genai), so every attempt goes through here and is counted (harness_anchors.md section
-3.2). A provider maps each exception to a :class:`Failure`:
+google-genai), so every attempt goes through here and is counted (docs/design.md, "Retries").
+A provider maps each exception to a :class:`Failure`:
 
 - ``retryable`` (429, 408, 409, 5xx, timeouts, connection errors): wait, then try again, at most
   ``max_retries`` times. When the server says how long to wait (``Retry-After`` /
@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 FailureKind = Literal["retryable", "fatal", "request"]
 
-#: HTTP statuses retried (harness_anchors.md section 3.2; the openai SDK's own list).
+#: HTTP statuses retried (docs/design.md, "Retries"; the openai SDK's own list).
 RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 529})
 #: Largest fraction added to a server's ``Retry-After`` (spreads clients told the same wait).
 RETRY_AFTER_JITTER = 0.1
@@ -71,9 +71,9 @@ class RetryPolicy:
 
     Attributes:
         max_retries: Retries after the first attempt (``--max-retries``, default 6, as the
-            release's Gemini back-off, spec section 5.7); 0 disables retrying.
-        base_delay_s: Backoff base in seconds (harness_anchors.md section 3.2: 1 s).
-        max_delay_s: Cap of the jittered backoff in seconds (harness_anchors.md: 60 s).
+            release's Gemini back-off; docs/design.md, "Retries"); 0 disables retrying.
+        base_delay_s: Backoff base in seconds (docs/design.md, "Retries": 1 s).
+        max_delay_s: Cap of the jittered backoff in seconds (docs/design.md, "Retries": 60 s).
         max_retry_after_s: Longest server ``Retry-After`` honoured in seconds; a longer one is
             cut to this (logged), so one bad header cannot stall a run for hours.
     """

@@ -97,8 +97,8 @@ def openai_style_messages(request: TurnRequest) -> list[dict[str, Any]]:
     """The request as OpenAI-style chat messages, images as base64 data URLs.
 
     A user message with images becomes ``[{"type": "text"}, {"type": "image_url"}, ...]``
-    (text first, then the images in order, spec section 5.7); other messages keep string
-    content.
+    (text first, then the images in order; docs/evaluation_protocol.md, "Prompt structure");
+    other messages keep string content.
 
     Args:
         request: The turn request (system, user/assistant history, final user turn).
@@ -140,7 +140,7 @@ def visible_gpu_count() -> int:
 
 
 def default_tensor_parallel_size(visible: int, gpu_num: int | None) -> int:
-    """Tensor parallel size for ``visible`` GPUs (spec section 5.7).
+    """Tensor parallel size for ``visible`` GPUs (docs/evaluation_protocol.md, "Providers").
 
     Args:
         visible: Number of visible GPUs (>= 1).
@@ -191,7 +191,7 @@ class VLLMChatModel(ChatModel):
             the model's ``gpu_num``).
         max_model_len: ``--max-model-len``; None uses the registry's value.
         gpu_memory_utilization: ``--gpu-memory-utilization`` in (0, 1]; None uses 0.85.
-        max_new_tokens: Output-token cap per turn; None uses 8192 (spec section 5.7).
+        max_new_tokens: Output-token cap per turn; None uses 8192 (docs/engines.md, "Decoding").
         no_thinking: Pass ``enable_thinking=False`` to the chat template (models whose template
             has the switch, and custom models).
         seed: Engine and sampling seed.

@@ -6,7 +6,7 @@ resume and manifest rules: both go through one
 :class:`~chexpercept.evaluation.session.RunSession`; dialogue, oracle, parsing, scoring and the
 run folder live only there and in :mod:`chexpercept.evaluation.store`.
 
-Scheduling (harness_anchors.md sections 3.5 item 1 and 3.6 T1/T2): ``2 * concurrency`` workers
+Scheduling (docs/design.md, "Concurrency"): ``2 * concurrency`` workers
 each take the next unfinished case and run its turns in order, one ``model.agenerate`` per
 turn; a global ``asyncio.Semaphore(concurrency)`` bounds the requests in flight. Cases are taken
 longest remaining path first (9 turns before 1; selection order among equals): a case's turns

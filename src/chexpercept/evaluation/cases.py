@@ -1,12 +1,13 @@
 """Stage 03: read the benchmark bundle (``chexpercept.json`` + ``chexpercept/<key_id>/`` images).
 
-The bundle is read exactly as released (original_release_spec.md sections 4.4-4.6): option images
-are located through each option's ``relative_path``, so the release's
-``option_<i>_mask_{answer|fake}.png`` and our ``option_<i>.png`` both work. Each case becomes an
-:class:`EvalCase`: its ground-truth path (spec section 4.5) and the turns it is asked (spec
-section 5.2), with the images every turn shows. :func:`validate_bundle` checks everything a run
-needs before the first request, so a case is never asked with fewer images than its question
-lists (release defect 10, spec section 8).
+The bundle is read exactly as released (docs/benchmark_format.md, "Files", "JSON fields" and
+"Image bundle"): option images are located through each option's ``relative_path``, so the
+release's ``option_<i>_mask_{answer|fake}.png`` and our ``option_<i>.png`` both work. Each case
+becomes an :class:`EvalCase`: its ground-truth path (docs/benchmark_format.md, "QA paths") and
+the turns it is asked (docs/evaluation_protocol.md, "Turn order"), with the images every turn
+shows. :func:`validate_bundle` checks everything a run needs before the first request, so a
+case is never asked with fewer images than its question lists (the release sent what it had;
+docs/differences.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TurnSpec:
-    """One of the nine dialogue turns (spec section 5.2).
+    """One of the nine dialogue turns (docs/evaluation_protocol.md, "Turn order").
 
     Attributes:
         index: Turn index 0..8 (dialogue order; the runner batches by it).
@@ -43,7 +44,7 @@ class TurnSpec:
     sub: str | None = None
 
 
-#: The nine turns in dialogue order (spec section 5.2).
+#: The nine turns in dialogue order (docs/evaluation_protocol.md, "Turn order").
 TURNS: tuple[TurnSpec, ...] = (
     TurnSpec(0, "detection_qa", "detection_qa"),
     TurnSpec(1, "contour_evaluation_qa", "contour_evaluation_qa"),
@@ -154,7 +155,7 @@ def load_bundle(benchmark_dir: str | Path) -> Bundle:
 
 
 def qa_path_of(key_id: str, item: schema.BenchmarkItem) -> str:
-    """Path of a case from its ground truth (spec section 4.5).
+    """Path of a case from its ground truth (docs/benchmark_format.md, "QA paths").
 
     Raises:
         SchemaError: If a positive case has no ``contour_qa``.
@@ -167,7 +168,7 @@ def qa_path_of(key_id: str, item: schema.BenchmarkItem) -> str:
 
 def select_key_ids(bundle: Bundle, *, limit: int | None = None,
                    per_path_limit: int | None = None) -> list[str]:
-    """Cases to evaluate, in JSON order (spec section 5.1).
+    """Cases to evaluate, in JSON order (docs/evaluation_protocol.md, "Turn order").
 
     Args:
         bundle: The loaded benchmark.
@@ -194,11 +195,11 @@ def select_key_ids(bundle: Bundle, *, limit: int | None = None,
 
 
 def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayout) -> EvalCase:
-    """Build the turns a case is asked (spec section 5.2); no file is opened.
+    """Build the turns a case is asked (docs/evaluation_protocol.md, "Turn order").
 
-    Turns by path: detection (all); contour evaluation (RF, RR); expansion, contraction and
-    revision result (RR); the four attribute questions (RF, RR, unless
-    ``attribute_extraction_qa`` is null, i.e. cardiomegaly).
+    No file is opened. Turns by path: detection (all); contour evaluation (RF, RR);
+    expansion, contraction and revision result (RR); the four attribute questions (RF, RR,
+    unless ``attribute_extraction_qa`` is null, i.e. cardiomegaly).
 
     Raises:
         SchemaError: Naming the key_id and every question missing for its path.

@@ -1,9 +1,9 @@
 """Stage 03 ``--estimate-cost``: expected API cost of a run, computed offline (no API call).
 
 Replays each selected case's dialogue exactly as the runner builds it (system prompt, every turn
-of the case's ground-truth path, the whole history with every earlier image re-sent each turn,
-spec section 5.3) and prices it with ``cfg/pricing.yaml`` (spec section 5.9, the release's
-``estimate_cost.py``):
+of the case's ground-truth path, the whole history with every earlier image re-sent each turn;
+docs/evaluation_protocol.md, "Prompt structure") and prices it with ``cfg/pricing.yaml``
+(docs/evaluation_protocol.md, "Cost"; the method of the release's ``estimate_cost.py``):
 
 - text tokens: ``tiktoken``'s ``o200k_base`` when tiktoken is installed, else ``ceil(chars / 4)``
   (a common rule of thumb for English; expect +-20 %);

@@ -1,10 +1,11 @@
 """Stage 03: one multi-turn conversation per case, with the three oracle settings.
 
-Implements original_release_spec.md sections 5.2-5.4 (wording of the system prompt and of the
-explicit-oracle paragraphs is ours; their content is the release's):
+Implements docs/evaluation_protocol.md, "Turn order", "Prompt structure" and "Oracle settings"
+(wording of the system prompt and of the explicit-oracle paragraphs is ours; their content is
+the release's):
 
 - every request resends the whole history, earlier images included, and replays the assistant's
-  raw text (spec section 5.3);
+  raw text (docs/evaluation_protocol.md, "Prompt structure");
 - ``none``: nothing is injected (End-to-End);
 - ``implicit`` (Oracle-Passed): when the step before a stage was wrong, the wrong assistant
   turn(s) are overwritten with the ground truth ``Answer: N`` (lists sorted, comma-joined) and
@@ -12,10 +13,10 @@ explicit-oracle paragraphs is ours; their content is the release's):
 - ``explicit``: under the same conditions a "Ground Truth Provided: ..." paragraph is put before
   the next question instead.
 
-Trigger conditions (spec section 5.4): before Stage 2, detection wrong; before Stage 3
-(expansion), contour evaluation wrong; before the revision result, expansion or contraction
-wrong; before Stage 4 (distribution), contour evaluation wrong on the revision-free path and the
-revision result wrong on the revision-required path.
+Trigger conditions (docs/evaluation_protocol.md, "Oracle settings"): before Stage 2, detection
+wrong; before Stage 3 (expansion), contour evaluation wrong; before the revision result,
+expansion or contraction wrong; before Stage 4 (distribution), contour evaluation wrong on the
+revision-free path and the revision result wrong on the revision-required path.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from chexpercept.evaluation.cases import EvalCase, PlannedTurn
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.base import Message, TurnRequest
 
-#: Oracle settings (spec section 5.4); ``implicit`` is the default.
+#: Oracle settings (docs/evaluation_protocol.md, "Oracle settings"); ``implicit`` is the default.
 ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
 
-#: System message of every request (spec section 5.3; our wording, the release's meaning).
+#: System message of every request (docs/evaluation_protocol.md, "Prompt structure"; our
+#: wording, the release's meaning).
 SYSTEM_PROMPT = (
     "You are an expert radiologist. Examine the chest X-ray image(s) and answer each "
     "multiple-choice question about them. Think through the findings as needed, then finish "

@@ -1,10 +1,10 @@
 r"""Stage 03: strict answer parsing of raw model output into option indices and a status.
 
 The parser reads only what the model declared; it never guesses. The release's fallback of
-taking *all integers anywhere in the text* (original_release_spec.md section 5.5, defect 11 in
-section 8) is not reproduced: text that does not declare an answer is ``unparseable``. The
-rules below are applied in this order; ``docs/parsing.md``, section "Parser rules", gives them
-with examples, what stays unparseable, and the statuses.
+taking *all integers anywhere in the text* is not reproduced (docs/differences.md): text that
+does not declare an answer is ``unparseable``. The rules below are applied in this order;
+``docs/parsing.md``, section "Parser rules", gives them with examples, what stays
+unparseable, and the statuses.
 
 1. Provider outcomes keep their status (``error``, ``refused``, ``blocked``).
 2. Full-width forms are mapped to ASCII by an explicit table (``：（），；［］【】．。－``, the

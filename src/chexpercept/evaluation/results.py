@@ -1,11 +1,11 @@
-"""Stage 03: build ``all_results.json`` entries (original_release_spec.md section 5.8).
+"""Stage 03: build ``all_results.json`` entries (docs/evaluation_protocol.md, "Run folder").
 
 One entry per finished case.
 
 Release schema, plus an additive ``status`` key in each question's result. Stage 1 keeps its
-parsed answer under ``response`` and Stage 2 under ``responses`` (release naming, spec section 8
-item 12); unvisited stages stay ``{}``; ``chat_history`` holds raw text, with the original raw
-text as a 4th element where the implicit oracle patched a turn.
+parsed answer under ``response`` and Stage 2 under ``responses`` (the release's two names,
+both kept); unvisited stages stay ``{}``; ``chat_history`` holds raw text, with the original
+raw text as a 4th element where the implicit oracle patched a turn.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str,
     """The ``token_usage`` block: totals over the case's calls plus ``per_call``.
 
     Args:
-        model_id: Model id used for pricing (spec section 5.9).
+        model_id: Model id used for pricing (docs/evaluation_protocol.md, "Cost").
         usages: One mapping per call with ``input_tokens``, ``cached_input_tokens``,
             ``output_tokens`` and ``thinking_tokens``.
     """

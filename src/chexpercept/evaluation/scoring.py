@@ -1,4 +1,4 @@
-"""Stage 03: all-or-nothing scoring of parsed answers (original_release_spec.md section 5.6).
+"""Stage 03: all-or-nothing scoring of parsed answers (docs/evaluation_protocol.md, "Scoring").
 
 There is no partial credit. Single choice: the parsed option equals the ground truth.
 Multi-select (expansion, contraction, location): the parsed set equals the ground-truth set.

@@ -69,7 +69,8 @@ class EvalSettings:
     Attributes:
         provider: Provider registry name (``dummy``, ``random``, ``oracle``, ...).
         model: Model id or alias.
-        oracle_setting: One of ``explicit``, ``implicit``, ``none`` (spec section 5.4).
+        oracle_setting: One of ``explicit``, ``implicit``, ``none``
+            (docs/evaluation_protocol.md, "Oracle settings").
         no_thinking: The ``--no-thinking`` variant (``_no_thinking`` run folder).
         seed: Run seed (``random`` provider; recorded for every provider).
         save_every: Rewrite ``all_results.json`` after this many newly finished cases (>= 1).
@@ -116,8 +117,8 @@ class RunSummary:
         statuses: Status counts over every answered turn of the selected cases.
         usage: Token totals of this invocation's calls (``input``, ``cached_input``,
             ``output``, ``thinking``).
-        cost_usd: Estimated cost of this invocation's calls (spec section 5.9); None (NA)
-            when the model has no entry in ``cfg/pricing.yaml``.
+        cost_usd: Estimated cost of this invocation's calls (docs/evaluation_protocol.md,
+            "Cost"); None (NA) when the model has no entry in ``cfg/pricing.yaml``.
         turns_faulted: Requests of this invocation that got no answer (a fault; not scored).
         unfinished: Selected cases left unfinished, key_id -> why (the fault, or that the run
             stopped first); empty when every selected case finished.
