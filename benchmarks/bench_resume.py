@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
@@ -65,9 +66,9 @@ def _cases(n: int) -> dict[str, str]:
     return out
 
 
-def _answer(request: TurnRequest) -> str:
+def _answer(request: TurnRequest, gt: Any) -> str:
     meta = request.meta
-    gt, n = meta["ground_truth"], meta["num_options"]
+    n = meta["num_options"]
     if hashlib.sha256(request.request_id.encode()).digest()[0] % 3:
         choice = gt if isinstance(gt, list) else [gt]
     elif meta["multi_select"]:
@@ -82,8 +83,11 @@ class _FakeModel(ChatModel):
 
     provider = "benchfake"
 
+    needs_answer_key = True  # told the answers like the oracle baseline
+
     def __init__(self, log: Path, batch_latency_s: float, latency_s: float) -> None:
         super().__init__("fake")
+        self.answers: dict[str, Any] = {}
         self._log = open(log, "a", encoding="utf-8")  # noqa: SIM115 - process lifetime
         self.batch_latency_s = batch_latency_s
         self.latency_s = latency_s
@@ -92,9 +96,13 @@ class _FakeModel(ChatModel):
         self._log.write(json.dumps([r.request_id for r in requests]) + "\n")
         self._log.flush()  # in the OS page cache: survives SIGKILL
 
-    @staticmethod
-    def _completion(request: TurnRequest) -> Completion:
-        return Completion(text=_answer(request), finish_reason="stop",
+    def set_answer_key(self, answers: Any) -> None:
+        self.answers = dict(answers)
+
+    def _completion(self, request: TurnRequest) -> Completion:
+        gt = self.answers[request.request_id]
+        return Completion(text=_answer(request, list(gt) if isinstance(gt, tuple) else gt),
+                          finish_reason="stop",
                           usage=Usage(input_tokens=100, output_tokens=5))
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:

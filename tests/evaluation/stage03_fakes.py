@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
+
+
+class KnowsAnswers:
+    """A test double told the answers like the ``oracle`` baseline (``set_answer_key``).
+
+    :meth:`with_truth` puts the answer into the request's ``meta`` for the double's own answer
+    functions (:func:`right`, :func:`wrong`); the runner never sends it.
+    """
+
+    needs_answer_key = True
+    answers: Mapping[str, Any] = {}
+
+    def set_answer_key(self, answers: Mapping[str, Any]) -> None:
+        self.answers = dict(answers)
+
+    def with_truth(self, request: TurnRequest) -> TurnRequest:
+        assert "ground_truth" not in request.meta  # requests never carry the answer
+        gt = self.answers[request.request_id]
+        gt = list(gt) if isinstance(gt, tuple) else gt
+        return dataclasses.replace(request, meta={**request.meta, "ground_truth": gt})
 
 
 def right(request: TurnRequest) -> str:
@@ -24,7 +45,7 @@ def wrong(request: TurnRequest) -> str:
     return f"Looking at the image.\nAnswer: {gt % n + 1}"
 
 
-class ScriptedModel(ChatModel):
+class ScriptedModel(KnowsAnswers, ChatModel):
     """Answers with ``answer(request)``; records every ``generate`` call.
 
     Attributes:
@@ -60,7 +81,7 @@ class ScriptedModel(ChatModel):
         self.batches.append(list(requests))
         out = []
         for request in requests:
-            result = self.answer(request)
+            result = self.answer(self.with_truth(request))
             out.append(result if isinstance(result, Completion) else
                        Completion(text=result, finish_reason="stop",
                                   usage=Usage(input_tokens=10, output_tokens=3)))

@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any
 
+from stage03_fakes import KnowsAnswers
+
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 
 REQUEST_LOG_ENV = "CHEXPERCEPT_TEST_REQUEST_LOG"
@@ -38,7 +40,7 @@ def answer(request: TurnRequest) -> str:
     return f"Reasoning about the image.\nAnswer: {', '.join(map(str, choice))}"
 
 
-class SlowEchoModel(ChatModel):
+class SlowEchoModel(KnowsAnswers, ChatModel):
     """Deterministic, slow (per-request sleep) provider that logs what it serves."""
 
     provider = "slowecho"
@@ -62,7 +64,7 @@ class SlowEchoModel(ChatModel):
         out = []
         for request in requests:
             time.sleep(self.sleep_s)
-            out.append(Completion(text=answer(request), finish_reason="stop",
+            out.append(Completion(text=answer(self.with_truth(request)), finish_reason="stop",
                                   usage=Usage(input_tokens=20, output_tokens=5)))
         self._log("served", requests)
         return out

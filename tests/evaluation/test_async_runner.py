@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 from stage03_bundle import write_bundle
-from stage03_fakes import ScriptedModel, right, wrong
+from stage03_fakes import KnowsAnswers, ScriptedModel, right, wrong
 
 from chexpercept import io
 from chexpercept.errors import ConfigError, ProviderError
@@ -25,7 +25,7 @@ def _mixed(request):
     return right(request) if sum(map(ord, request.request_id)) % 3 else wrong(request)
 
 
-class AsyncFake(ChatModel):
+class AsyncFake(KnowsAnswers, ChatModel):
     """A native-async fake with the same identity as ScriptedModel (same manifest)."""
 
     provider = "scripted"
@@ -54,7 +54,7 @@ class AsyncFake(ChatModel):
         finally:
             self.in_flight -= 1
         self.requests.append(request)
-        return Completion(text=self.answer(request), finish_reason="stop",
+        return Completion(text=self.answer(self.with_truth(request)), finish_reason="stop",
                           usage=Usage(input_tokens=10, output_tokens=3))
 
     async def aclose(self):

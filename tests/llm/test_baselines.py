@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from chexpercept.rng import stable_hash as core_stable_hash
-from utils.errors import ConfigError
+from utils.errors import ConfigError, ProviderError
 from utils.llm import PROVIDERS, create_model, default_model
 from utils.llm._hashing import stable_hash
 from utils.llm.base import Message, TurnRequest, Usage
@@ -17,8 +17,9 @@ from utils.llm.pricing import cost_usd
 
 
 def _request(request_id, *, n=4, multi=False, gt=1, none_index=None):
+    del gt  # the answer is never in a request; the oracle gets it from set_answer_key
     return TurnRequest(messages=(Message("user", "q"),), request_id=request_id,
-                       meta={"num_options": n, "multi_select": multi, "ground_truth": gt,
+                       meta={"num_options": n, "multi_select": multi,
                              "option_texts": [str(i) for i in range(1, n + 1)],
                              "none_index": none_index})
 
@@ -35,10 +36,15 @@ def test_dummy_always_answers_one():
     assert [c.text for c in out] == ["1", "1"] and all(c.status == "ok" for c in out)
 
 
-def test_oracle_answers_ground_truth():
-    out = create_model("oracle").generate([_request("a", gt=3),
-                                           _request("b", multi=True, gt=[4, 2])])
-    assert [c.text for c in out] == ["Answer: 3", "Answer: 2,4"]
+def test_oracle_answers_the_key_it_was_given_and_no_request_carries_it():
+    oracle = create_model("oracle")
+    assert oracle.needs_answer_key and not create_model("random").needs_answer_key
+    oracle.set_answer_key({"a": 3, "b": (2, 4)})
+    requests = [_request("a", gt=3), _request("b", multi=True, gt=[4, 2])]
+    assert all("ground_truth" not in r.meta for r in requests)
+    assert [c.text for c in oracle.generate(requests)] == ["Answer: 3", "Answer: 2,4"]
+    with pytest.raises(ProviderError, match="no answer for request 'c'"):
+        oracle.generate([_request("c")])
 
 
 def test_random_is_reproducible_per_request_and_seed():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,8 +44,10 @@ class TurnRequest:
     Attributes:
         messages: System message (optional), then alternating user/assistant, last = user.
         request_id: Stable id of this request (e.g. ``<key_id>/<turn name>``), for logs.
-        meta: Provider-independent facts about the question that baseline providers may use
-            (``num_options``, ``multi_select``, ``ground_truth``); real models never see it.
+        meta: Facts about the question that are in its text anyway (``num_options``,
+            ``multi_select``, ``option_texts``, ``none_index``), for baseline providers; real
+            models never see it. The ground truth is never in a request: providers that must
+            know it get it through :meth:`ChatModel.set_answer_key`.
     """
 
     messages: tuple[Message, ...]
@@ -141,8 +144,25 @@ class ChatModel(abc.ABC):
     #: cases as concurrent per-case pipelines instead of one batched call per turn index.
     supports_async: bool = False
 
+    #: True for providers that are told the answers (the ``oracle`` baseline, test doubles): the
+    #: session hands them the answer key once, through :meth:`set_answer_key`, before the first
+    #: request; no request carries a ground truth (docs/evaluation_protocol.md, "Providers").
+    needs_answer_key: bool = False
+
     def __init__(self, model: str) -> None:
         self.model = model
+
+    def set_answer_key(self, answers: Mapping[str, int | tuple[int, ...]]) -> None:
+        """Receive the answers of every request the run may send.
+
+        Args:
+            answers: request_id (``<key_id>/<turn name>``) -> ground truth: a 1-based option,
+                or the sorted tuple of options of a multi-select question.
+
+        Raises:
+            NotImplementedError: For providers that do not set :attr:`needs_answer_key`.
+        """
+        raise NotImplementedError(f"provider {self.provider} is not told the answers")
 
     @abc.abstractmethod
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:

@@ -1,17 +1,20 @@
 """Baseline providers that call no model: ``dummy``, ``random`` and ``oracle``.
 
-They read only ``TurnRequest.meta``, which the Stage 03 runner fills with
-``num_options`` (int), ``multi_select`` (bool), ``ground_truth`` (int, or sorted list of ints for
-multi-select), ``option_texts`` (list of str) and ``none_index`` (1-based index of the "None"
-option of a multi-select question, or None).
+``dummy`` and ``random`` read only ``TurnRequest.meta``, which the Stage 03 runner fills with
+``num_options`` (int), ``multi_select`` (bool), ``option_texts`` (list of str) and
+``none_index`` (1-based index of the "None" option of a multi-select question, or None): facts
+in the question's text anyway. ``oracle`` is told the answers through its own channel
+(:meth:`~utils.llm.base.ChatModel.set_answer_key`); no request carries a ground truth.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from utils.errors import ProviderError
 from utils.llm._hashing import stable_hash
 from utils.llm.base import ChatModel, Completion, TurnRequest
 
@@ -86,14 +89,34 @@ class RandomModel(ChatModel):
 
 
 class OracleModel(ChatModel):
-    """Answers the ground truth from ``meta`` (upper bound; tests the runner and scoring)."""
+    """Answers the ground truth (upper bound; tests the runner and scoring).
+
+    The session gives it the answer key before the first request
+    (:meth:`~utils.llm.base.ChatModel.set_answer_key`).
+    """
 
     provider = "oracle"
+    needs_answer_key = True
 
     def __init__(self, model: str = "baseline", **options: Any) -> None:
         super().__init__(model)
+        self._answers: dict[str, int | tuple[int, ...]] = {}
+
+    def set_answer_key(self, answers: Mapping[str, int | tuple[int, ...]]) -> None:
+        """Keep request_id -> ground truth."""
+        self._answers = dict(answers)
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
-        """``Answer: <ground truth>`` for every request."""
-        return [Completion(text=format_answer(_require_meta(r, "ground_truth")),
-                           finish_reason="stop") for r in requests]
+        """``Answer: <ground truth>`` for every request.
+
+        Raises:
+            ProviderError: For a request the answer key does not hold (names it).
+        """
+        out = []
+        for request in requests:
+            if request.request_id not in self._answers:
+                raise ProviderError(f"oracle: no answer for request {request.request_id!r} "
+                                    f"(the session sets the answer key before the run)")
+            out.append(Completion(text=format_answer(self._answers[request.request_id]),
+                                  finish_reason="stop"))
+        return out

@@ -22,6 +22,7 @@ revision-free path and the revision result wrong on the revision-required path.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,27 @@ _ABSOLUTE = "Treat this as an absolute fact and disregard your previous answer."
 def system_prompt_sha256(text: str = SYSTEM_PROMPT) -> str:
     """sha256 of the system prompt (recorded in the run manifest)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def request_id(key_id: str, turn_name: str) -> str:
+    """The id of one turn's request: ``<key_id>/<turn name>`` (logs, records, answer keys)."""
+    return f"{key_id}/{turn_name}"
+
+
+def answer_key(cases: Iterable[EvalCase]) -> dict[str, int | tuple[int, ...]]:
+    """request_id -> ground truth of every turn of ``cases``.
+
+    The one channel by which a provider may learn the answers (the ``oracle`` baseline); no
+    request carries them (docs/evaluation_protocol.md, "Providers").
+
+    Returns:
+        A 1-based option, or the sorted tuple of options of a multi-select question, per
+        request id.
+    """
+    return {request_id(case.key_id, turn.spec.name):
+            tuple(sorted(turn.ground_truth)) if isinstance(turn.ground_truth, tuple)
+            else turn.ground_truth
+            for case in cases for turn in case.turns}
 
 
 def answer_text(ground_truth: int | tuple[int, ...] | list[int]) -> str:
@@ -243,12 +265,10 @@ class Dialogue:
             messages.append(Message("user", entry[0], images))
             messages.append(Message("assistant", entry[2]))
         messages.append(Message("user", text, turn.images))
-        gt = turn.ground_truth
         meta = {"num_options": turn.num_options, "multi_select": turn.multi_select,
-                "ground_truth": sorted(gt) if isinstance(gt, tuple) else gt,
                 "option_texts": list(turn.option_texts), "none_index": turn.none_index}
         request = TurnRequest(messages=tuple(messages),
-                              request_id=f"{self.case.key_id}/{name}", meta=meta)
+                              request_id=request_id(self.case.key_id, name), meta=meta)
         oracle = {"setting": self.oracle_setting, "triggered": bool(wrong), "prefix": prefix,
                   "patched": patched}
         return PreparedTurn(turn=turn, text=text, oracle=oracle, request=request)

@@ -29,6 +29,7 @@ from chexpercept.evaluation.dialogue import (
     Dialogue,
     PreparedTurn,
     TurnOutcome,
+    answer_key,
     system_prompt_sha256,
 )
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
@@ -534,6 +535,8 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         logger.warning("records.jsonl has %d case(s) not in the benchmark (ignored), e.g. %s",
                        len(foreign), foreign[0])
     planned = {c.key_id: c for c in (*cases, *plan_cases(bundle, extra_keys))}
+    if model.needs_answer_key:  # the oracle's own channel; requests never carry the answers
+        model.set_answer_key(answer_key(planned.values()))
     states = {key_id: CaseState(Dialogue(planned[key_id], settings.oracle_setting,
                                          settings.system_prompt))
               for key_id in bundle.items if key_id in planned}
