@@ -2,7 +2,7 @@
 
 Reads ``global_segmentation_negative_info.json`` (Stage 00.00), the positive dicoms (the
 positive sheet, default ``rosalia_pred/labeling_sheet.csv``, plus the positive segmentation
-info JSONs; always excluded, release defect 25) and ``path.mimic_cxr_path/<dicom_id>.png``.
+info JSONs; always excluded, docs/differences.md D8) and ``path.mimic_cxr_path/<dicom_id>.png``.
 Writes ``negative/<lesion>/<key_id>.png``, ``negative/labeling_sheet.csv`` (columns
 ``lesion, key_id, dicom_id, optimal?``) and ``negative/summary.json``. A dicom is used for at
 most one lesion. Existing copies are kept (resume).

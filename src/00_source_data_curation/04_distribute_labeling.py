@@ -5,7 +5,7 @@ to annotators A, B, ...; each gets ``distribute/annotator_<X>/{positive,negative
 labeling_sheet.csv`` and the review images ``<lesion>/<key_id>.png`` (positive: the review
 plot; negative: the CXR).
 
-Merge (``--merge``, release defect 26): the annotators' ``optimal?`` values are read back
+Merge (``--merge``, docs/differences.md D10): the annotators' ``optimal?`` values are read back
 strictly and written into the two main sheets; conflicts, invalid values and rows that no
 annotator (or a wrong one) has are errors, listed together, and nothing is written.
 

@@ -4,12 +4,13 @@ Reads Stage 01 ``deformation_results.json`` and ``deformed_masks/``, the Stage 0
 negative labeling sheets, the anatomy masks (default distractors) and the CXRs. Writes, under
 ``--output-dir`` (default ``src/02_qa_generation/outputs`` or ``<path.work_dir>/02_qa_generation``):
 
-- ``qa_results/qa_results.json`` (release schema, original_release_spec.md section 4.6);
+- ``qa_results/qa_results.json`` (release schema, docs/benchmark_format.md, "JSON fields");
 - ``qa_results/qa_labeling.csv`` (review sheet) and ``qa_results/qa_visualizations/`` (the review
   figure each row names; ``--no-review-figures`` skips them);
 - ``qa_results/summary.json`` (counts, and every case that could not be built, with reasons);
 - ``qa_results/items/<key_id>.json`` (per-case results; a re-run resumes from them);
-- ``chexpercept/<key_id>/...`` (images, spec section 4.4, options named ``option_<i>.png``);
+- ``chexpercept/<key_id>/...`` (images, docs/benchmark_format.md, "Image bundle"; options named
+  ``option_<i>.png``);
 - ``run_meta.json`` and ``logs/``.
 
 Differences from the release: the revision-free split is seeded (not the first N rows);
@@ -56,7 +57,7 @@ DEFAULT_WORKERS = 16
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI (release flags, spec section 4.1, plus ``--chexmask-dir`` / ``--cxas-dir``)."""
+    """The CLI (release flags plus ``--chexmask-dir`` / ``--cxas-dir``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arg(parser, "cfg/config.yaml")
@@ -105,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.with_sequential_qa:
         print("error: --with-sequential-qa is not supported: the sequential QA "
-              "(revision_sequential_qa) is broken in the release (spec section 8 item 9) and "
+              "(revision_sequential_qa) is broken in the release (docs/differences.md D30) and "
               "unused by the benchmark; run without it", file=sys.stderr)
         return 2
     cfg = load_chexpercept_config(args.config)

@@ -1,13 +1,13 @@
 """Core: validator and statistics of a benchmark bundle (``chexpercept.json`` + ``chexpercept/``).
 
-The bundle is the Stage 02 -> 03 artifact (original_release_spec.md sections 4.4-4.6). Its
+The bundle is the Stage 02 -> 03 artifact (docs/benchmark_format.md). Its
 checks live in the core, next to the schema, so that Stage 02 (``02_validate_bundle.py`` and
 the export) and Stage 03 (``--validate-only`` / ``evaluation.cases.validate_bundle``) run the
 same code without importing each other. Checks: schema, every image present, readable and the
 size of the case's CXR, option counts equal to the listed options and to the rendered option
 images, answer indices in range and consistent with the answer text and the ``true`` option,
 point options inside the working frame, no answer-revealing file names (an error for bundles
-this code wrote, a warning for the released one, spec section 1.9 of paper_notes.md), and path
+this code wrote, a warning for the released one, docs/differences.md D25), and path
 counts (questions per path; ``sampling_summary.json`` agrees with the JSON). Images the one
 loader converts before a model sees them (16-bit, palette, alpha, CMYK, EXIF orientation) are
 warnings, not errors (docs/images.md, "Image loading").
@@ -40,10 +40,11 @@ OWN_OPTION_NAME = re.compile(r"^option_\d+\.png$")
 #: File-name words that reveal an answer (the release's ``option_<i>_mask_answer.png``).
 LEAK_WORDS = frozenset({"answer", "answers", "fake", "true", "false", "correct", "incorrect",
                         "wrong", "gt", "truth", "distractor"})
-#: At most this many coloured points (spec section 4.2: eight colours).
+#: At most this many coloured points (eight colours; docs/benchmark_format.md, "Option naming").
 MAX_POINTS = 8
 
-#: Question names in dialogue order (the Stage 03 turn names, spec section 5.2).
+#: Question names in dialogue order (the Stage 03 turn names, docs/evaluation_protocol.md, "Turn
+#: order").
 DETECTION = "detection_qa"
 CONTOUR_EVAL = "contour_evaluation_qa"
 EXPANSION = "contour_revision_qa_expansion"
@@ -51,7 +52,7 @@ CONTRACTION = "contour_revision_qa_contraction"
 REVISION_RESULT = "contour_revision_qa_revision_result"
 ATTRIBUTE_NAMES = ("distribution", "location", "severity/measurement", "comparison")
 
-#: Columns of ``stats.csv`` (paper_notes.md sections 1.2-1.3: each sub-question is one item).
+#: Columns of ``stats.csv`` (each sub-question is one item; docs/paper.md, "Benchmark size").
 STATS_COLUMNS = ("lesion", "path", "cases", "cxrs", "qa_s1", "qa_s2", "qa_s3", "qa_s4",
                  "qa_items")
 ALL = "all"
@@ -79,7 +80,7 @@ def stage_counts(item: BenchmarkItem) -> tuple[int, int, int, int]:
 
     Detection 1; contour evaluation 1 for positives; revision 1 per expansion / contraction /
     revision-result question of a revision-required case (3); attributes 4 when present
-    (paper_notes.md sections 1.2-1.3: LF 1, RF 6 (cardiomegaly 2), RR 9 (cardiomegaly 5)).
+    (LF 1, RF 6 (cardiomegaly 2), RR 9 (cardiomegaly 5); docs/benchmark_format.md, "QA paths").
     """
     path = qa_path_of(item)
     if path == "lesion_free":
@@ -100,7 +101,8 @@ def stats_rows(items: Mapping[str, BenchmarkItem]) -> list[dict[str, Any]]:
 
     Rows: every lesion x path (:data:`chexpercept.lesions.LESIONS` x ``QA_PATHS``, zero rows
     kept), then ``all`` x each path, then ``all`` x ``all``. With 100 cases per lesion and
-    path on distinct CXRs this gives 2,100 CXRs and 10,400 items (paper_notes.md 1.3).
+    path on distinct CXRs this gives 2,100 CXRs and 10,400 items (docs/paper.md, "Benchmark
+    size").
 
     Args:
         items: Validated cases keyed by key_id.
@@ -233,7 +235,7 @@ def ordinal(n: int) -> str:
 
 def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
                problems: list[str]) -> list[_Question]:
-    """The questions a case is asked for its path (spec section 5.2), with their images."""
+    """The questions a case is asked for its path, with their images (docs/benchmark_format.md)."""
     det = item.detection_qa
     out = [_Question(DETECTION, det.question, tuple(det.answer_options), det.answer,
                      det.answer_index, False, (layout.detection_image(key_id),))]
@@ -468,15 +470,15 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
     Per case: lesion prefix and ``pair_id``; the questions its path needs (revision-required:
     the three revision questions and ``initial_context``; lung-lesion positives: Stage 4;
     cardiomegaly: no Stage 4); every image of every question exists, opens (PIL ``verify``)
-    and has the size of the case's CXR (``detection_qa/xray.png``; spec section 4.3, images
-    the size of the CXR); revision-result options have distinct images, one per option,
+    and has the size of the case's CXR (``detection_qa/xray.png``; docs/benchmark_format.md,
+    "Image bundle"); revision-result options have distinct images, one per option,
     exactly one ``true`` option and ``answer_index`` on it; every question lists as many
     ``(i)`` options as ``answer_options``; every ``answer_index`` is in range (multi-select:
     non-empty, no repeats, "None" only alone); the ``answer`` text agrees with the index;
     point options: <= 8 points with distinct colours inside the 1024x1024 frame, "None" last,
-    one list shared by expansion and contraction (spec section 4.2); no file of the case
-    folder has an answer-revealing name (:data:`LEAK_WORDS`). For the whole bundle (when
-    ``key_ids`` is None): ``sampling_summary.json`` counts agree with the JSON.
+    one list shared by expansion and contraction (docs/benchmark_format.md, "Option naming");
+    no file of the case folder has an answer-revealing name (:data:`LEAK_WORDS`). For the whole
+    bundle (when ``key_ids`` is None): ``sampling_summary.json`` counts agree with the JSON.
 
     Errors vs warnings: answer-revealing names and answer-text mismatches are errors for our
     bundles (``strict_names``; auto-detected by :func:`is_own_bundle` when None) and

@@ -1,7 +1,7 @@
 """Core: atomic file writing, image/mask reading in the 1024x1024 working frame, artifact paths.
 
 Every artifact path of the pipeline is built by exactly one function here (nnU-Net habit), so
-the on-disk layout (original_release_spec.md section 1) is defined in one place. Defaults keep
+the on-disk layout (docs/README.md) is defined in one place. Defaults keep
 the release's locations (``src/NN_*/outputs/...``); every CLI can override its roots.
 """
 
@@ -28,7 +28,7 @@ from PIL import Image
 from chexpercept.errors import InputError, SchemaError
 from utils import imaging
 
-#: Side of the square working frame in pixels (spec section 0: all geometry at 1024x1024).
+#: Side of the square working frame in pixels (docs/curation.md, "Working frame").
 WORK_SIZE = 1024
 
 #: Version of the artifacts this code writes, recorded in every ``run_meta.json``.
@@ -243,7 +243,7 @@ def write_png_atomic(path: str | Path, array: np.ndarray, *,
 
 
 def write_mask(path: str | Path, mask: np.ndarray) -> None:
-    """Write a boolean mask as an 8-bit L PNG with values 0/255 (spec section 3.5).
+    """Write a boolean mask as an 8-bit L PNG with values 0/255 (docs/deformation.md, "Outputs").
 
     Args:
         path: Destination PNG.
@@ -257,7 +257,7 @@ def read_mask(path: str | Path, *, size: int | None = WORK_SIZE,
     """Read a mask PNG as a boolean array in the working frame.
 
     Multi-channel masks (e.g. ROSALIA's 3-channel output) use channel 0. Foreground is any
-    value > 0 (spec section 4.3 reads masks as L and compares > 0). An EXIF orientation tag is
+    value > 0 (as the release, which reads masks as L and compares > 0). An EXIF orientation tag is
     applied as for images (:func:`utils.imaging.orientation`), so a mask and its CXR stay
     aligned. A mask of another size is an error unless ``resize`` is set: only a mask that
     covers its whole image and has no recorded frame transform may be stretched to the frame
@@ -361,8 +361,9 @@ def read_cxr(path: str | Path, *, size: int | None = WORK_SIZE) -> np.ndarray:
 
 #: How an original CXR is brought into the working frame (config
 #: ``source_data_curation.prepare_mode``). ``letterbox``: keep the aspect ratio, scale the long
-#: side to 1024 and centre with black padding (CheXmask's pad-to-square convention,
-#: components.md section 2a); ``stretch``: plain resize to 1024 x 1024 (the release's flat PNGs).
+#: side to 1024 and centre with black padding (CheXmask's pad-to-square convention;
+#: docs/curation.md, "Working frame"); ``stretch``: plain resize to 1024 x 1024 (the release's
+#: flat PNGs).
 PREPARE_MODES: tuple[str, ...] = ("letterbox", "stretch")
 
 
@@ -598,6 +599,23 @@ _META_PACKAGES = ("chexpercept", "numpy", "scipy", "pandas", "pillow", "opencv-p
                   "openai", "google-genai")
 
 
+def provenance(repo_root: str | Path, packages: Sequence[str]) -> dict[str, Any]:
+    """Where outputs were made: git state, Python version and package versions.
+
+    The one provenance builder: every stage's ``run_meta.json`` (:func:`write_run_meta`) and
+    Stage 03's ``run_manifest.json`` embed it (never compared on resume).
+
+    Args:
+        repo_root: The repository (git commit, dirty flag).
+        packages: Distribution names whose installed versions are recorded.
+
+    Returns:
+        ``git_commit``, ``git_dirty``, ... (:func:`git_state`), ``python`` and ``packages``.
+    """
+    return {**git_state(repo_root), "python": platform.python_version(),
+            "packages": package_versions(packages)}
+
+
 def write_run_meta(out_dir: str | Path, *, stage: str, config: Any, seeds: Mapping[str, int],
                    repo_root: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``<out_dir>/run_meta.json`` describing how a stage's outputs were made.
@@ -614,9 +632,7 @@ def write_run_meta(out_dir: str | Path, *, stage: str, config: Any, seeds: Mappi
         "stage": stage,
         "config": redact_secrets(cfg),
         "seeds": dict(seeds),
-        **git_state(repo_root),
-        "python": platform.python_version(),
-        "packages": package_versions(_META_PACKAGES),
+        **provenance(repo_root, _META_PACKAGES),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **(dict(extra) if extra else {}),
     }
@@ -653,7 +669,7 @@ def redact_secrets(obj: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------
-# Artifact paths (one function per artifact; release defaults, spec section 1)
+# Artifact paths (one function per artifact; release defaults; docs/README.md)
 # --------------------------------------------------------------------------------------
 
 STAGE_DIRS = {
@@ -855,11 +871,11 @@ class QALayout:
         return self.out / "qa_results" / "items" / f"{key_id}.json"
 
     def case_dir(self, key_id: str) -> Path:
-        """``chexpercept/<key_id>/`` (the case's image folder, spec section 4.4)."""
+        """``chexpercept/<key_id>/`` (the case's image folder; docs/benchmark_format.md)."""
         return self.bundle_dir / key_id
 
 
-#: Relative paths inside ``<bundle>/<key_id>/`` (spec section 4.4).
+#: Relative paths inside ``<bundle>/<key_id>/`` (docs/benchmark_format.md, "Image bundle").
 DETECTION_IMAGE = "detection_qa/xray.png"
 CONTOUR_QA_DIR = "contour_qa"
 CONTOUR_EVAL_RELPATH = "contour_eval_qa/xray_with_mask.png"  # relative to contour_qa/
@@ -925,7 +941,9 @@ class BenchmarkLayout:
 
 def eval_run_dir(output_path: str | Path, provider: str, model: str, oracle_setting: str,
                  *, no_thinking: bool = False) -> Path:
-    """``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` (spec section 5.8).
+    """``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` (a Stage 03 run).
+
+    docs/evaluation_protocol.md, "Run folder".
 
     ``/`` in a model id (HF ids, local paths) is replaced by ``--`` so the run stays one folder.
     """
@@ -963,7 +981,7 @@ def run_manifest_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "run_manifest.json"
 
 
-#: Stage 04 per-model CSV names (spec section 6), written next to ``all_results.json``.
+#: Stage 04 per-model CSV names (docs/metrics.md, "Output files"), next to ``all_results.json``.
 MODEL_SUMMARY_CSV = "model_performance_summary.csv"
 MODEL_REVISION_CSV = "model_performance_detail_contour_revision.csv"
 MODEL_ATTRIBUTE_CSV = "model_performance_detail_attribute_extraction.csv"

@@ -1,6 +1,6 @@
 """Core: the seven lesions, key_id grammar, and lesion-specific question wording flags.
 
-Reference: original_release_spec.md section 0 (lesion order, identifiers).
+Reference: docs/benchmark_format.md, "Files" (lesion order, identifiers).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import difflib
 
 from chexpercept.errors import InputError
 
-#: The seven lesions in the order the release uses everywhere (spec section 0).
+#: The seven lesions in the order the release uses everywhere (docs/benchmark_format.md, "Files").
 LESIONS: tuple[str, ...] = (
     "cardiomegaly",
     "consolidation",
@@ -21,10 +21,10 @@ LESIONS: tuple[str, ...] = (
 )
 
 #: Lesions asked about directly in detection ("is any <lesion> visible"); the other five are
-#: asked about as "a finding suggestive of <lesion>" (spec section 4.2, Stage 1).
+#: asked about as "a finding suggestive of <lesion>" (docs/qa_generation.md, "Question types").
 DIRECT_DETECTION_LESIONS: frozenset[str] = frozenset({"opacity", "consolidation"})
 
-#: Lesions with no Stage 4 (attribute extraction); spec section 4.2.
+#: Lesions with no Stage 4 (attribute extraction); docs/benchmark_format.md, "Cardiomegaly".
 NO_ATTRIBUTE_LESIONS: frozenset[str] = frozenset({"cardiomegaly"})
 
 QA_PATHS: tuple[str, ...] = ("revision_required", "revision_free", "lesion_free")

@@ -7,7 +7,8 @@ Stages meet only through these on-disk artifacts:
 - 02 -> 03: ``chexpercept.json`` (:class:`BenchmarkItem`) + the image bundle;
 - 03 -> 04: ``all_results.json`` (:class:`CaseResult`).
 
-Field names follow the original release exactly (original_release_spec.md sections 2-6).
+Field names follow the original release exactly (each artifact's page is listed in
+docs/README.md).
 Models that read released files allow extra fields (the release has optional extras such as
 ``revision_sequential_qa``); the config model forbids unknown keys.
 """
@@ -25,7 +26,7 @@ from chexpercept.lesions import LESIONS
 from utils.status import ANSWER_STATUSES
 
 # ======================================================================================
-# Config (cfg/*.yaml); original_release_spec.md section 7.5 plus our keys
+# Config (cfg/*.yaml): the release's keys plus ours, each documented in cfg/config_example.yaml
 # ======================================================================================
 
 
@@ -88,7 +89,7 @@ class CurationConfig(_Strict):
     """ViewPosition values accepted when ``mimic_meta_path`` is given (frontal views); applied
     to positives and negatives alike."""
     ils_splits: list[Literal["train", "val", "test"]] = ["train"]
-    """MIMIC-ILS splits read (release: ``train`` only, spec section 2.1)."""
+    """MIMIC-ILS splits read (release: ``train`` only; docs/curation.md, "Sampling")."""
     mimic_cxr_splits: list[Literal["train", "validate", "test"]] | None = None
     """MIMIC-CXR-JPG official splits kept (``split`` column of ``path.mimic_split_meta_path``);
     None keeps every split (no split CSV needed)."""
@@ -99,7 +100,7 @@ class CurationConfig(_Strict):
     rosalia_weights: str | None = None
     """``segmenter: rosalia``: local ROSALIA checkpoint folder (HF layout of
     ``checkone/ROSALIA-7B-v1``: ``config.json`` + weight shards), loaded with LISA's
-    ``LISAForCausalLM.from_pretrained`` (original_release_spec.md section 2.3)."""
+    ``LISAForCausalLM.from_pretrained`` (docs/curation.md, "Candidate masks")."""
     rosalia_tokenizer: str | None = None
     """``segmenter: rosalia``: local tokenizer folder (release: ``xinlai/LISA-7B-v1``); None
     uses ``rosalia_weights``."""
@@ -143,7 +144,8 @@ class AnatomyConfig(_Strict):
                                "right mid zone lung", "right lung base", "left upper zone lung",
                                "left mid zone lung", "left lung base", "heart"]
     """``cxas``: the CXAS classes written as ``<dicom>/<class name>.png`` (names of the 159-label
-    set; default: the ones the pipeline reads, spec section 3.1, plus the heart)."""
+    set; default: the ones the pipeline reads plus the heart; docs/deformation.md, "Anatomy
+    masks")."""
     chexmask_u_path: str | None = None
     """``chexmask-u``: the CheXmask-U checkout made by ``setup.sh``; None means
     ``src/01_mask_deformation/CheXmask-U``."""
@@ -162,7 +164,7 @@ class AnatomyConfig(_Strict):
 
 
 class MaskDeformationConfig(_Strict):
-    """``mask_deformation.*`` (Stage 01.01). Defaults are the release's (spec section 3.2)."""
+    """``mask_deformation.*`` (Stage 01.01). Defaults: docs/qa_generation.md, "Thresholds"."""
 
     backend: Literal["morphological", "sam3", "sam2"] = "morphological"
     zone_mask_source: str = "chex_vertical_thirds"
@@ -192,7 +194,7 @@ class BenchmarkSamplingConfig(_Strict):
     revision_required: int = Field(100, ge=0)
     distinct_cxrs: bool = True
     """Never select two cases on the same CXR (dicom_id), so cases = CXRs as in the paper
-    (paper_notes.md section 1.3: 2,100 cases on 2,100 CXRs)."""
+    (docs/paper.md, "Benchmark size": 2,100 cases on 2,100 CXRs)."""
 
     def per_path(self) -> dict[str, int]:
         """Cases wanted per path: ``{lesion_free, revision_free, revision_required: n}``."""
@@ -255,7 +257,7 @@ def load_chexpercept_config(path: str | Path) -> ChexperceptConfig:
 
 
 # ======================================================================================
-# Stage 00 labeling sheets (spec sections 2.3-2.7)
+# Stage 00 labeling sheets (docs/curation.md, "Annotation sheets" and "Review semantics")
 # ======================================================================================
 
 OPTIMAL_COLUMN = "optimal?"
@@ -271,7 +273,7 @@ _REJECT = {"n", "no", "0", "false"}
 
 
 def parse_optimal(value: Any) -> bool | None:
-    """Read one ``optimal?`` cell strictly (fixes release defect 3).
+    """Read one ``optimal?`` cell strictly (docs/differences.md D9).
 
     Returns:
         True for y/yes/1/true, False for n/no/0/false (case-insensitive, stripped), None for a
@@ -322,7 +324,7 @@ def accepted_key_ids(rows: Sequence[Mapping[str, str]], path: str | Path) -> lis
 
 
 # ======================================================================================
-# Stage 01 -> 02: deformation_results.json (spec sections 3.2-3.4)
+# Stage 01 -> 02: deformation_results.json (docs/deformation.md, "Outputs")
 # ======================================================================================
 
 
@@ -420,7 +422,7 @@ class DeformationCase(_Open):
 
 
 # ======================================================================================
-# Stage 02 -> 03: chexpercept.json (spec section 4.6)
+# Stage 02 -> 03: chexpercept.json (docs/benchmark_format.md, "JSON fields")
 # ======================================================================================
 
 
@@ -544,7 +546,7 @@ class BenchmarkItem(_Open):
     dicom_id: str
 
 
-#: Attribute sub-questions in dialogue order (spec section 5.2, turns 6-9).
+#: Attribute sub-questions in dialogue order (docs/evaluation_protocol.md, "Turn order").
 ATTRIBUTE_KEYS = ("distribution", "location", "severity/measurement", "comparison")
 #: Multi-select questions (scored by set equality).
 MULTI_SELECT = frozenset({"contour_revision_qa_expansion", "contour_revision_qa_contraction",
@@ -552,7 +554,10 @@ MULTI_SELECT = frozenset({"contour_revision_qa_expansion", "contour_revision_qa_
 
 
 def qa_path_of(item: BenchmarkItem) -> str:
-    """Path of a case (spec section 4.5): lesion_free / revision_free / revision_required."""
+    """Path of a case: lesion_free / revision_free / revision_required.
+
+    docs/benchmark_format.md, "QA paths".
+    """
     if item.detection_qa.answer != "Yes":
         return "lesion_free"
     if item.contour_qa is None:
@@ -621,7 +626,7 @@ def parse_deformation_results(data: Any, path: str | Path) -> dict[str, Deformat
 
 
 # ======================================================================================
-# Stage 03 -> 04: all_results.json (spec section 5.8)
+# Stage 03 -> 04: all_results.json (docs/evaluation_protocol.md, "Run folder")
 # ======================================================================================
 
 STATUSES = ANSWER_STATUSES
@@ -632,7 +637,8 @@ class CaseResult(_Open):
     """One value of ``all_results.json``.
 
     Unvisited stages are ``{}``. Stage 1 stores its parsed answer under ``response`` and
-    Stage 2 under ``responses`` (release naming, spec section 8 item 12).
+    Stage 2 under ``responses`` (release naming, kept; docs/evaluation_protocol.md, "Run
+    folder").
     """
 
     key_id: str
@@ -664,7 +670,7 @@ def parse_all_results(data: Any, path: str | Path) -> dict[str, CaseResult]:
     return out
 
 
-#: Stage 04 CSV columns (spec section 6).
+#: Stage 04 CSV columns (docs/metrics.md, "Output files").
 SUMMARY_COLUMNS = ("path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)",
                    "acc(stage4)", "depth")
 REVISION_DETAIL_COLUMNS = ("path", "model", "acc(expansion)", "acc(contraction)",

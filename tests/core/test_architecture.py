@@ -1,4 +1,7 @@
-"""Module boundaries (STYLE.md 'Module boundaries') checked on the source, plus lazy heavy imports."""
+"""Module boundaries (as the import contracts in pyproject.toml) checked on the source.
+
+Plus: heavy packages are imported lazily.
+"""
 
 from __future__ import annotations
 

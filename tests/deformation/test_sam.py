@@ -67,7 +67,8 @@ def test_best_prediction_keeps_the_best_masks_logits():
     target = stage01_inputs.ellipse(500, 500, 100, 100)
     mask, logits = sam_mod.best_prediction(pred, [[500, 500]], [1], sam_mod.mask_logits(target))
     assert (mask ^ target).sum() < 0.05 * target.sum()  # mask 1 (score 0.9), not mask 0
-    assert logits.shape == (1, 256, 256) and logits.max() == 5.0  # ITS logits (defect 8)
+    # ITS logits (docs/differences.md D17)
+    assert logits.shape == (1, 256, 256) and logits.max() == 5.0
 
 
 def test_grid_points_and_mask_logits():

@@ -108,7 +108,7 @@ def test_labeling_csv(built):
 
 
 def test_every_labeling_row_names_a_review_figure(built):
-    # the release's sheet named figures nobody drew (spec section 4.1); ours exist, one per row
+    # the release's sheet named figures nobody drew (docs/differences.md D29); ours exist
     _, _, out, _ = built
     layout = QALayout(out)
     with open(layout.qa_labeling_csv, newline="") as fh:

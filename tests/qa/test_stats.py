@@ -3,7 +3,7 @@
 A synthetic qa_results (JSON only) with, per lesion, 130 negatives and 260 positives of which
 180 are deformable, CXRs shared across lesions, reproduces the paper's totals with the default
 config (ratio 0.5, 100/100/100, distinct CXRs): 10,400 QA items on 2,100 CXRs
-(paper_notes.md section 1.3).
+(docs/paper.md, "Benchmark size").
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def test_candidates_sheet_and_artifacts(stage00, fixture_paths):
         entry = results[r["pair_id"]][0]
         assert entry["mapped_location"] == r["mapped_location"]
         assert Path(entry["pred_mask_path"]).is_absolute()
-        if r["target"] != "cardiomegaly":  # location read from `location` (defect 1)
+        if r["target"] != "cardiomegaly":  # location read from `location` (docs/differences.md D1)
             assert r["mapped_location"] != "right lung and left lung" or \
                 key[r["dicom_id"]]["lesions"][r["target"]]["location"] == []
     real = [r for r in rows if r["dicom_id"] == REAL_DICOM_ID][0]

@@ -3,7 +3,7 @@
 Writes (01.00: provided masks, or the ``cxas`` / ``chexmask-u`` model backends) and reads
 CheXmask-U / CXAS masks (``chexmasku_pred/``, ``cxas_pred/``) and builds the anatomy that
 ``deformation_results.json`` (``geometrical_mask_infos``) and Stage 02 refer to
-(original_release_spec.md sections 3.1-3.2).
+(docs/deformation.md, "Anatomy masks" and "Lung geometry").
 """
 
 from chexpercept.anatomy.backends import (

@@ -5,12 +5,12 @@ The model code comes from the ``setup.sh`` clone of github.com/mcosarinsky/CheXm
 ``HybridGNet/models/HybridGNet2IGSC.py`` (``HybridGNetHF``) is imported only when the backend is
 created, through :func:`utils.deps.import_from_checkout` (the clone's own ``utils``/``models``
 packages never meet ours in ``sys.modules``). Weights are the local file
-``anatomy.chexmask_u_weights`` (components.md section 2a).
+``anatomy.chexmask_u_weights`` (docs/deformation.md, "Anatomy masks").
 
-Input (CheXmask convention, components.md 2a): one-channel grayscale 1024 x 1024 scaled to
+Input (CheXmask convention): one-channel grayscale 1024 x 1024 scaled to
 [0, 1] (``image / 255``), shape [B, 1, 1024, 1024]. Our working frame is already the CXR padded
 to a square and resized to 1024 (letterbox), which is the model's preprocessing; the release fed
-raw 0-255 values (spec section 3.1, defect). Output: 120 landmarks (x, y) in [0, 1], times 1024:
+raw 0-255 values (docs/differences.md D12). Output: 120 landmarks (x, y) in [0, 1], times 1024:
 rows 0-43 right lung, 44-93 left lung, 94-119 heart, each filled as a polygon.
 The latent mean is decoded (no sampling), so results are deterministic.
 """
@@ -38,12 +38,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FEATURE = "anatomy.backend 'chexmask-u'"
-#: Landmark rows per structure (CheXmask-U order; spec section 3.1, components.md 2a).
+#: Landmark rows per structure (CheXmask-U order; docs/deformation.md, "Anatomy masks").
 LANDMARK_SLICES: dict[str, slice] = {CHEXMASK_FILES["right"]: slice(0, 44),
                                      CHEXMASK_FILES["left"]: slice(44, 94),
                                      CHEXMASK_FILES["heart"]: slice(94, 120)}
 N_LANDMARKS = 120
-#: HybridGNetHF defaults of the published ``v1_skip`` model (components.md 2a).
+#: HybridGNetHF defaults of the published ``v1_skip`` model (CheXmask-U's ``config.json``).
 DEFAULT_CONFIG: dict[str, Any] = {"latents": 64, "inputsize": 1024, "K": 6,
                                   "filters": [2, 32, 32, 32, 16, 16, 16], "skip_features": 32,
                                   "eval_sampling": False, "use_skip": True}

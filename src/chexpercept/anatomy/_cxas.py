@@ -1,14 +1,15 @@
 """Stage 01.00 backend ``cxas``: CXAS UNet-ResNet50 (torchxrayvision) -> ``cxas_pred/``.
 
 Model: ``torchxrayvision.baseline_models.chestx_anatomy.UNetResNet50`` (torchxrayvision 1.5.7),
-the CXAS network repacked, 159 multi-label classes (PAX-Ray++ label set; components.md sections
-2b-2c). It is built with ``weights=False`` (nothing is downloaded) and the local file
+the CXAS network repacked, 159 multi-label classes (PAX-Ray++ label set; docs/deformation.md,
+"Anatomy masks"). It is built with ``weights=False`` (nothing is downloaded) and the local file
 ``anatomy.cxas_weights`` is loaded into it.
 
 Class-name mapping: the files are named exactly after the model's ``targets`` (the CXAS class
 names, e.g. ``right lung``, ``right upper zone lung``, ``heart``), which are the names the
-release wrote (spec section 3.1) and the names :mod:`chexpercept.anatomy.names` uses
-(``LUNG_NAMES``, ``ZONE_NAMES``); ``anatomy.cxas_classes`` picks which are written.
+release wrote (docs/deformation.md, "Anatomy masks") and the names
+:mod:`chexpercept.anatomy.names` uses (``LUNG_NAMES``, ``ZONE_NAMES``); ``anatomy.cxas_classes``
+picks which are written.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Logit threshold: sigmoid > 0.5 (torchxrayvision ``BackboneUNet.threshold``, components.md 2c).
+#: Logit threshold: sigmoid > 0.5 (torchxrayvision ``BackboneUNet.threshold``).
 LOGIT_THRESHOLD = 0.0
 _FEATURE = "anatomy.backend 'cxas'"
 
@@ -142,7 +143,7 @@ class CXASSegmenter(AnatomySegmenter):
 
     Input: the (1024, 1024) uint8 CXR scaled to [-1024, 1024] (``xrv.utils.normalize(img, 255)``:
     ``(2 * img / 255 - 1) * 1024``), shape [B, 1, 1024, 1024]; the model resizes to 512, repeats
-    to 3 channels and applies ImageNet normalisation itself (components.md 2c). Output logits
+    to 3 channels and applies ImageNet normalisation itself (torchxrayvision). Output logits
     [B, 159, 512, 512]; the chosen classes are upsampled bilinearly to 1024 x 1024 and
     thresholded at logit > 0 (sigmoid > 0.5).
     """

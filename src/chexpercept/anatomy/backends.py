@@ -3,9 +3,9 @@
 A backend segments one prepared CXR (``<mimic_cxr_path>/<dicom_id>.png``, 1024 x 1024 working
 frame) into named masks and writes them in its layout: CheXmask-U ``chexmasku_pred/<dicom>/
 {right_lung,left_lung,heart}.png`` or CXAS ``cxas_pred/<dicom>/<class name>.png``
-(original_release_spec.md section 3.1). Models run on the working-frame image, so their masks
+(docs/deformation.md, "Anatomy masks"). Models run on the working-frame image, so their masks
 are in the working frame already (the letterbox is CheXmask's own pad-to-square input
-convention, components.md section 2a).
+convention; docs/curation.md, "Working frame").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Stage 01 anatomy: lung, zone and lung-region masks built from CheXmask-U/CXAS masks.
 
-Implements original_release_spec.md section 3.2 step 3 (``prepare_lung_masks``,
-``_build_cxas_cache``, ``anatomy_masks.py``); paper_notes.md section 1.5. All masks are
+Implements the release's ``prepare_lung_masks``, ``_build_cxas_cache`` and ``anatomy_masks.py``
+(docs/deformation.md, "Anatomy masks" and "Lung geometry"). All masks are
 (1024, 1024) bool in the working frame; patient-right = image-left.
 """
 
@@ -24,9 +24,11 @@ from chexpercept.anatomy.names import (
     side_of,
 )
 
-#: Peripheral erosion width used when the right lung is empty (spec section 3.2 step 3).
+#: Peripheral erosion width used when the right lung is empty (docs/deformation.md, "Lung
+#: geometry").
 DEFAULT_AVG_WIDTH_PX = 50
-#: Costophrenic angle = peripheral band below this fraction of the lung height (spec 3.2 step 3).
+#: Costophrenic angle = peripheral band below this fraction of the lung height
+#: (docs/deformation.md, "Lung geometry").
 CPA_HEIGHT_FRAC = 0.75
 
 
@@ -68,7 +70,8 @@ def augment_lungs_with_lesion(
     """OR every connected component of ``lesion`` that touches a lung into that lung.
 
     A component touches a lung when it shares at least one pixel with it, so a lesion that
-    obscures the lung border still counts as inside "its" lung (spec section 3.2 step 3).
+    obscures the lung border still counts as inside "its" lung (docs/deformation.md, "Anatomy
+    masks").
 
     Args:
         left: (H, W) bool patient-left lung.
@@ -105,7 +108,7 @@ def build_lungs(
         lesion: (H, W) bool lesion mask (all optimal components).
 
     Returns:
-        ``(left, right)`` (H, W) bool (spec section 3.2 step 3).
+        ``(left, right)`` (H, W) bool (docs/deformation.md, "Anatomy masks").
     """
     return augment_lungs_with_lesion(chex_left & cxas_left, chex_right & cxas_right, lesion)
 
@@ -114,8 +117,8 @@ def vertical_third_zones(left: np.ndarray, right: np.ndarray) -> dict[str, np.nd
     """Zones by vertical thirds of each lung's y-extent (``chex_vertical_thirds``).
 
     With ``h = ymax - ymin + 1``, ``b1 = ymin + h // 3`` and ``b2 = ymin + 2 * h // 3``:
-    upper = rows ``y <= b1``, mid = ``b1 < y <= b2``, base = ``y > b2`` (spec section 3.2 step 3).
-    An empty lung gives three empty zones.
+    upper = rows ``y <= b1``, mid = ``b1 < y <= b2``, base = ``y > b2`` (docs/deformation.md,
+    "Anatomy masks"). An empty lung gives three empty zones.
 
     Args:
         left: (H, W) bool patient-left lung.
@@ -144,7 +147,7 @@ def vertical_third_zones(left: np.ndarray, right: np.ndarray) -> dict[str, np.nd
 def restrict_zones(
     zones: Mapping[str, np.ndarray], lung_union: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """CXAS zones intersected with the lung union (non-cardiomegaly; spec section 3.2 step 3)."""
+    """CXAS zones AND the lung union (lung lesions; docs/deformation.md, "Anatomy masks")."""
     return {name: zones[name] & lung_union for name in ZONE_NAMES}
 
 
@@ -159,7 +162,8 @@ def axial_regions(left: np.ndarray, right: np.ndarray) -> dict[str, np.ndarray]:
     """Medial/lateral halves of each lung, split at ``mid_x = (xmax + xmin) // 2``.
 
     ``left medial`` = left lung at ``x < mid``, ``left lateral`` = ``x >= mid``; ``right medial``
-    = right lung at ``x >= mid``, ``right lateral`` = ``x < mid`` (spec section 3.2 step 3).
+    = right lung at ``x >= mid``, ``right lateral`` = ``x < mid`` (docs/deformation.md, "Lung
+    geometry").
 
     Returns:
         (H, W) bool masks keyed and ordered as ``AXIAL_REGIONS``.
@@ -192,8 +196,9 @@ def peripheral_regions(left: np.ndarray, right: np.ndarray) -> dict[str, np.ndar
     the largest connected component of the eroded lung. Rows from the lung top to the core's top
     row are cut medial of the core's top point, rows inside the core's extent medial of the core's
     most lateral pixel in that row, rows from the core's bottom row down medial of its bottom
-    point (spec section 3.2 step 3). The top/bottom point is the core's most lateral pixel in its
-    first/last row. A side whose core is empty keeps the whole lung as periphery.
+    point (docs/deformation.md, "Lung geometry"). The top/bottom point is the core's most
+    lateral pixel in its first/last row. A side whose core is empty keeps the whole lung as
+    periphery.
 
     Returns:
         (H, W) bool masks keyed and ordered as ``PERIPHERAL_REGIONS``.
@@ -242,8 +247,8 @@ def costophrenic_angles(
 ) -> dict[str, np.ndarray]:
     """Costophrenic angles: the peripheral band below 3/4 of its lung's height.
 
-    Rows above ``ymin + int(0.75 (ymax - ymin))`` of the lung are zeroed (spec section 3.2
-    step 3).
+    Rows above ``ymin + int(0.75 (ymax - ymin))`` of the lung are zeroed (docs/deformation.md,
+    "Lung geometry").
 
     Returns:
         (H, W) bool masks keyed and ordered as ``CPA_NAMES``.
@@ -266,7 +271,7 @@ def build_lung_regions(
     """The 20 lung regions in the release's dict order.
 
     CPAs first, then each axial and peripheral region intersected with each same-side zone,
-    keyed ``"<region> & <side> <zone>"`` (spec section 3.2 step 3; order of
+    keyed ``"<region> & <side> <zone>"`` (docs/deformation.md, "Lung geometry"; order of
     :data:`~chexpercept.anatomy.names.LUNG_REGION_NAMES`).
 
     Args:

@@ -1,8 +1,7 @@
 """Stage 01 anatomy: the names of lungs, zones and lung regions, in the release's order.
 
 Names are from the patient's perspective (patient-right = image-left) and are the exact keys of
-``geometrical_mask_infos`` in ``deformation_results.json`` (original_release_spec.md section 3.2,
-step 3).
+``geometrical_mask_infos`` in ``deformation_results.json`` (docs/deformation.md, "Lung geometry").
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ LUNG_NAMES: dict[str, str] = {"left": "left lung", "right": "right lung"}
 """Key of each side's lung in ``overlap`` (also the CXAS class name)."""
 
 ZONE_SUFFIXES: tuple[str, ...] = ("upper zone lung", "mid zone lung", "lung base")
-"""Zone name suffixes, top to bottom (spec section 3.2 step 3; CXAS class names)."""
+"""Zone name suffixes, top to bottom (docs/deformation.md, "Anatomy masks"; CXAS class names)."""
 
 ZONE_NAMES: tuple[str, ...] = tuple(f"{side} {z}" for side in SIDES for z in ZONE_SUFFIXES)
 """The six zone keys: ``right upper zone lung`` ... ``left lung base``."""
@@ -30,7 +29,7 @@ CPA_NAMES: tuple[str, ...] = ("right costophrenic angle", "left costophrenic ang
 """Costophrenic-angle regions (peripheral band below 3/4 of the lung height)."""
 
 CHEXMASK_FILES: dict[str, str] = {"right": "right_lung", "left": "left_lung", "heart": "heart"}
-"""CheXmask-U file stems (``<dicom>/<stem>.png``; spec section 3.1)."""
+"""CheXmask-U file stems (``<dicom>/<stem>.png``; docs/deformation.md, "Anatomy masks")."""
 
 ZONE_SOURCE_THIRDS = "chex_vertical_thirds"
 """``mask_deformation.zone_mask_source`` value for zones by vertical thirds (release default)."""
@@ -61,7 +60,7 @@ def lung_region_names() -> tuple[str, ...]:
 
     CPAs (right, left), then axial (right medial, left medial, right lateral, left lateral), then
     peripheral (right, left), each intersected with its side's (upper, mid, base) zones
-    (original_release_spec.md section 3.2 step 3).
+    (docs/deformation.md, "Lung geometry").
     """
     names = list(CPA_NAMES)
     for region in AXIAL_REGIONS + PERIPHERAL_REGIONS:

@@ -1,7 +1,7 @@
 """Stage 01 anatomy: ``geometrical_mask_infos`` (lesion overlap with lungs, zones and regions).
 
-Implements ``process_mask.get_geometrical_mask_info`` of original_release_spec.md section 3.2
-step 3: ``overlap_ratio = |lesion ∧ ref| / |ref|`` (the fraction of the *anatomy* covered).
+Implements the release's ``process_mask.get_geometrical_mask_info`` (docs/deformation.md, "Lung
+geometry"): ``overlap_ratio = |lesion ∧ ref| / |ref|`` (the fraction of the *anatomy* covered).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import numpy as np
 from chexpercept.anatomy.masks import CaseAnatomy
 from chexpercept.anatomy.names import LUNG_NAMES
 
-#: A lung "contains" the lesion if it covers >= 1 % of the lung (spec 3.2 step 3; paper 1.5).
+#: A lung "contains" the lesion if it covers >= 1 % of the lung (docs/deformation.md, "Lung
+#: geometry").
 LUNG_OVERLAP_THRESHOLD = 0.01
-#: A zone/region "contains" the lesion if it covers >= 20 % of it (spec 3.2 step 3; paper 1.5).
+#: A zone/region "contains" the lesion if it covers >= 20 % of it (docs/deformation.md, "Lung
+#: geometry").
 REGION_OVERLAP_THRESHOLD = 0.2
 
 
@@ -39,7 +41,7 @@ def ensure_best_overlap(group: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     """Promote the best-covered entry when no entry of ``group`` has ``has_overlap``.
 
     The highest-ratio entry (first one on ties) is set True if its ratio is > 0
-    (``_ensure_best_overlap``, spec section 3.2 step 3). Edits ``group`` in place.
+    (``_ensure_best_overlap``, docs/deformation.md, "Lung geometry"). Edits ``group`` in place.
 
     Returns:
         ``group``.
@@ -72,9 +74,10 @@ def geometrical_mask_info(
 
     Returns:
         ``{"mask_component_id", "overlap": {"left lung", "right lung", "zones"[, "lung_regions"]}}``
-        exactly as in spec section 3.2 step 3. Lungs: ``has_overlap`` iff ratio >= 0.01 and
-        ``size`` = intersection pixels (0 below the threshold); zones/regions: ``has_overlap`` iff
-        ratio >= 0.2, best entry promoted. ``lung_regions`` is absent for cardiomegaly.
+        exactly as the release (docs/deformation.md, "Lung geometry"). Lungs: ``has_overlap``
+        iff ratio >= 0.01 and ``size`` = intersection pixels (0 below the threshold);
+        zones/regions: ``has_overlap`` iff ratio >= 0.2, best entry promoted. ``lung_regions``
+        is absent for cardiomegaly.
     """
     overlap: dict[str, Any] = {}
     for side in ("left", "right"):
@@ -96,7 +99,7 @@ def overlapping_anatomy(info: Mapping[str, Any]) -> dict[str, dict[str, dict[str
 
     Returns:
         ``{"zones": {name: {"overlap_ratio", "key": "zones"}}, "lung_regions": {...}}``
-        (``lung_regions`` is ``{}`` for cardiomegaly; spec section 3.4).
+        (``lung_regions`` is ``{}`` for cardiomegaly; docs/deformation.md, "Outputs").
     """
     out: dict[str, dict[str, dict[str, Any]]] = {"zones": {}, "lung_regions": {}}
     for key in ("zones", "lung_regions"):

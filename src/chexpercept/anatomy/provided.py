@@ -2,7 +2,7 @@
 
 Validates and copies the provided masks into the Stage-01 outputs and loads one case's anatomy.
 
-Layouts (original_release_spec.md section 3.1): CheXmask-U ``<dicom>/{right_lung,left_lung,
+Layouts (docs/deformation.md, "Anatomy masks"): CheXmask-U ``<dicom>/{right_lung,left_lung,
 heart}.png``; CXAS ``<dicom>/<class name>.png`` (class names contain spaces).
 """
 
@@ -37,10 +37,11 @@ from chexpercept.io import (
 logger = logging.getLogger(__name__)
 
 
-#: CheXmask-U files the pipeline reads (heart is copied when present but unused; spec 3.1).
+#: CheXmask-U files the pipeline reads (heart is copied when present but unused;
+#: docs/deformation.md, "Anatomy masks").
 CHEXMASK_REQUIRED: tuple[str, ...] = (CHEXMASK_FILES["right"], CHEXMASK_FILES["left"])
 CHEXMASK_OPTIONAL: tuple[str, ...] = (CHEXMASK_FILES["heart"],)
-#: CXAS lung classes the pipeline reads (spec section 3.1).
+#: CXAS lung classes the pipeline reads (docs/deformation.md, "Anatomy masks").
 CXAS_LUNGS: tuple[str, ...] = (LUNG_NAMES["right"], LUNG_NAMES["left"])
 
 _MAX_LISTED = 40
@@ -64,8 +65,8 @@ def check_zone_source(zone_source: str) -> str:
 def cxas_files(zone_source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(required, optional)`` CXAS class names for a zone source.
 
-    The six zone PNGs are required only when ``zone_source`` is ``cxas`` (fixes release
-    defect 2: they, and ``path.cxas_mask_path``, are otherwise not needed).
+    The six zone PNGs are required only when ``zone_source`` is ``cxas`` (they, and
+    ``path.cxas_mask_path``, are otherwise not needed; docs/differences.md D11).
     """
     if check_zone_source(zone_source) == ZONE_SOURCE_CXAS:
         return CXAS_LUNGS + ZONE_NAMES, ()
@@ -109,7 +110,7 @@ def prepare_provided_anatomy(
 ) -> AnatomyPrepSummary:
     """Backend ``provided`` of 01.00: validate the provided masks and copy them, resized to 1024.
 
-    Every unique dicom (duplicates are processed once; release defect 24) gets the required
+    Every unique dicom (duplicates are processed once; docs/differences.md D12) gets the required
     CheXmask-U (``right_lung``, ``left_lung``) and CXAS (``right lung``, ``left lung``, plus the
     six zones when ``zone_source`` is ``cxas``) files, and the optional ones (``heart``, CXAS zones)
     when present. With ``frame`` ``original`` and a Stage 00 transform recorded for the dicom

@@ -1,7 +1,7 @@
 """Stage 00.01 segmenter ``rosalia``: ROSALIA (LISA architecture) candidate masks on a CUDA GPU.
 
-Follows LISA's ``chat.py`` as the release's ``use_rosalia.py`` did (original_release_spec.md
-section 2.3, components.md section 3): ``LISAForCausalLM`` from the ``setup.sh`` clone of LISA
+Follows LISA's ``chat.py`` as the release's ``use_rosalia.py`` did (docs/curation.md,
+"Candidate masks"): ``LISAForCausalLM`` from the ``setup.sh`` clone of LISA
 (``source_data_curation.lisa_path``, default ``src/00_source_data_curation/LISA``), imported only
 when the backend is created through :func:`utils.deps.import_from_checkout`; local weights
 ``rosalia_weights`` (``checkone/ROSALIA-7B-v1``), tokenizer ``rosalia_tokenizer``
@@ -41,7 +41,7 @@ _FEATURE = "source_data_curation.segmenter 'rosalia'"
 SAM_PIXEL_MEAN = (123.675, 116.28, 103.53)
 SAM_PIXEL_STD = (58.395, 57.12, 57.375)
 SAM_IMAGE_SIZE = 1024
-#: Tokenizer settings of the release (spec section 2.3).
+#: Tokenizer settings of the release (docs/curation.md, "Candidate masks").
 MODEL_MAX_LENGTH = 512
 CONV_TEMPLATE = "llava_v1"
 LISA_MODULES = ("model.LISA", "model.llava.conversation", "model.llava.mm_utils",

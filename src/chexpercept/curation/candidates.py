@@ -4,7 +4,7 @@ Reads the two positive ``*_segmentation_info.json`` files and the flat CXR PNGs,
 :class:`~chexpercept.curation.segmenters.Segmenter` (``provided`` MIMIC-ILS masks or ``rosalia``)
 for each pair; writes ``rosalia_pred/<target>/<pair_id>/{pred_img.png, pred_mask.png,
 pred_text.json}``, ``rosalia_pred/plots/<target>/<key_id>.png``, ``results[_part<p>].json`` and
-``labeling_sheet[_part<p>].csv`` (original_release_spec.md section 2.3).
+``labeling_sheet[_part<p>].csv`` (docs/curation.md, "Candidate masks").
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 #: Candidate-mask sources (config ``source_data_curation.segmenter``).
 SEGMENTERS = ("provided", "rosalia")
-#: Review overlay: red at 33 % alpha (spec section 2.3); our plots are small (dpi 60).
+#: Review overlay: red at 33 % alpha (docs/qa_generation.md, "Thresholds"); small plots (dpi 60).
 OVERLAY_ALPHA = 0.33
 PLOT_DPI = 60
 #: Pixels per side of the images drawn in the review plot (downsampled for speed).
@@ -52,7 +52,9 @@ PLOT_IMAGE_PX = 512
 def build_work_list(global_info: Mapping[str, Sequence[Mapping[str, Any]]],
                     basic_info: Mapping[str, Sequence[Mapping[str, Any]]],
                     max_samples: int) -> list[dict[str, Any]]:
-    """Flat, deterministic work list (release ``build_work_list``, spec section 2.3).
+    """Flat, deterministic work list (the release's ``build_work_list``).
+
+    docs/curation.md, "Candidate masks".
 
     Per lesion (``LESIONS`` order): the first ``min(len(global), max)`` global items, then
     ``basic[:max - n_global]``; each item gets ``target`` and ``segmentation_source``.
@@ -93,7 +95,7 @@ def location_text(target: str, locations: Sequence[str] | None) -> str:
     """Mapped location of a pair (release ``generate_location_text``, order made stable).
 
     ``heart`` for cardiomegaly. Otherwise the ``location`` list deduplicated keeping the first
-    occurrence (the release used ``set()``, spec section 8 item 1): 0 -> ``right lung and left
+    occurrence (the release used ``set()``, docs/differences.md D1): 0 -> ``right lung and left
     lung``; 1 -> itself; 2 -> ``A and B``; 3+ -> ``A, B, and C``.
     """
     if target == "cardiomegaly":
@@ -112,7 +114,9 @@ _BILATERAL = {"left lung and right lung", "right lung and left lung"}
 
 
 def instruction_for(target: str, mapped_location: str) -> str:
-    """ROSALIA instruction (spec section 2.3): no location for cardiomegaly / bilateral.
+    """ROSALIA instruction: no location for cardiomegaly / bilateral.
+
+    docs/curation.md, "Candidate masks".
 
     ``Segment the {target}.`` when the target is cardiomegaly or the mapped location is both
     lungs (``right lung and left lung`` in either order, also the text of an empty location
@@ -131,7 +135,9 @@ def key_id_of(item: Mapping[str, Any]) -> str:
 
 
 def result_entry(item: Mapping[str, Any], layout: CurationLayout) -> dict[str, Any]:
-    """The ``results.json`` record of one item (release fields, spec section 2.3).
+    """The ``results.json`` record of one item (release fields).
+
+    docs/curation.md, "Candidate masks".
 
     ``output_text`` is the segmenter's text saved in ``pred_text.json`` (the pair's ``answer``
     when that file is absent, e.g. outputs of an older run).

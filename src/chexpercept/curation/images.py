@@ -1,7 +1,7 @@
 """Stage 00.00 image preparation: MIMIC-CXR-JPG files -> ``<mimic_cxr_path>/<dicom_id>.png``.
 
-The release assumes a flat 1024 x 1024 PNG copy exists but never makes it (spec section 0
-"Images", section 8 item 24). We make it and KEEP THE TRANSFORM: every PNG gets a sidecar
+The release assumes a flat 1024 x 1024 PNG copy exists but never makes it (docs/differences.md
+D4; docs/curation.md, "Working frame"). We make it and KEEP THE TRANSFORM: every PNG gets a sidecar
 ``<dicom_id>.transform.json`` (:class:`chexpercept.io.FrameTransform`: original size, scales,
 padding) and the folder gets an index ``transforms.json``, so any working-frame mask or point
 maps back to the original image (:func:`chexpercept.io.mask_to_original`).

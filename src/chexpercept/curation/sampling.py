@@ -2,7 +2,7 @@
 
 Reads ``path.mimic_ils_path`` (``train`` split only) and optionally the MIMIC-CXR-JPG metadata
 CSV; produces the release's ``global_segmentation_info.json``, ``basic_segmentation_info.json``
-and ``global_segmentation_negative_info.json`` contents (original_release_spec.md section 2.2).
+and ``global_segmentation_negative_info.json`` contents (docs/curation.md, "Sampling").
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _PAIR_KEYS = ("pair_id", "type", "target")
 
 @dataclass
 class SourcePool:
-    """MIMIC-ILS train pairs bucketed as the release does (spec section 2.2).
+    """MIMIC-ILS train pairs bucketed as the release does (docs/curation.md, "Sampling").
 
     Attributes:
         global_info: lesion -> positive ``global`` pairs (file order).
@@ -70,7 +70,7 @@ def _empty() -> Buckets:
 
 
 def load_train_split(path: str | Path) -> dict[str, Any]:
-    """Read the ``train`` split of a MIMIC-ILS JSON (spec section 2.1: only train is used).
+    """Read the ``train`` split of a MIMIC-ILS JSON (the release reads only train).
 
     Raises:
         InputError: If the file is missing.
@@ -136,7 +136,7 @@ def bucket_pairs(train: Mapping[str, Any], *, source: str | Path,
 
     Each entry is the pair dict plus ``report_path``, ``study_id``, ``dicom_id`` and
     ``image_path`` (release entry shape). The location list is read from ``location``
-    (the release read ``reported_location``, spec section 8 item 1).
+    (the release read ``reported_location``, docs/differences.md D1).
 
     Args:
         train: ``study_id -> study`` mapping from :func:`load_train_split`.
@@ -288,14 +288,15 @@ def sample_pool(pool: SourcePool, *, seed: int, max_positive: int,
                 negatives_per_lesion: int) -> Selection:
     """Seeded per-lesion sample of the pool.
 
-    Positives (release rule, spec section 2.3 ``build_work_list``): up to ``max_positive`` per
-    lesion, global pairs first, basic pairs filling the rest; when a bucket has more entries
-    than needed, a random subset is drawn. Negatives: ``negatives_per_lesion`` per lesion,
-    drawn among dicoms used by no sampled positive (of any lesion), whose study has no sampled
-    positive either, and used by no other lesion's negatives (paper_notes.md section 1.6:
-    negatives disjoint from positives, here by dicom_id AND study_id; spec section 2.5: a dicom
-    serves one lesion). Lesions are processed in ``LESIONS`` order, each with
-    ``rng_for(seed, "curation", lesion)``; the result keeps file order within each lesion.
+    Positives (the release's ``build_work_list`` rule): up to ``max_positive`` per lesion,
+    global pairs first, basic pairs filling the rest; when a bucket has more entries than
+    needed, a random subset is drawn. Negatives: ``negatives_per_lesion`` per lesion, drawn
+    among dicoms used by no sampled positive (of any lesion), whose study has no sampled
+    positive either, and used by no other lesion's negatives (negatives disjoint from
+    positives, here by dicom_id AND study_id; a dicom serves one lesion; docs/curation.md,
+    "Sampling" and "Negatives", docs/differences.md D2, D8). Lesions are processed in
+    ``LESIONS`` order, each with ``rng_for(seed, "curation", lesion)``; the result keeps file
+    order within each lesion.
 
     Args:
         pool: The (view-filtered) pool.

@@ -2,7 +2,7 @@
 
 A segmenter turns a prepared CXR (``<mimic_cxr_path>/<dicom_id>.png``, 1024 x 1024 working frame)
 and the pair's instruction into a candidate lesion mask plus the model's text; it is written to
-``rosalia_pred/<target>/<pair_id>/pred_mask.png`` (original_release_spec.md section 2.3).
+``rosalia_pred/<target>/<pair_id>/pred_mask.png`` (docs/curation.md, "Candidate masks").
 ``provided`` reads the MIMIC-ILS lesion mask of the pair; ``rosalia`` runs ROSALIA (LISA
 architecture; :mod:`chexpercept.curation._rosalia`, loaded only when created).
 """

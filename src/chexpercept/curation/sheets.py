@@ -3,7 +3,7 @@
 Reads/writes ``rosalia_pred/{results,labeling_sheet}[_part<p>]``,
 ``negative/<lesion>/<key_id>.png``, ``negative/labeling_sheet.csv`` and
 ``distribute/annotator_<X>/{positive,negative}/``
-(original_release_spec.md sections 2.4-2.7).
+(docs/curation.md, "Annotation sheets", "Negatives", "Labeling distribution").
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class MergeOutcome:
 def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) -> MergeOutcome:
     """Merge ``results_part<p>.json`` / ``labeling_sheet_part<p>.csv`` for p in 0..N-1.
 
-    Fixes release defect 4 (spec section 8): a missing part is an error (no half merge), and an
+    Fixes a release defect (docs/differences.md D7): a missing part is an error (no half merge); an
     unsharded run's outputs are never clobbered: with no part files, or when ``results.json`` is
     newer than every part file (an unsharded run after the shards, or an earlier merge), nothing
     is written unless ``force``.
@@ -136,7 +136,7 @@ def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) 
 
 def positive_dicoms(layout: CurationLayout, positive_csv: str | Path | None,
                     *, explicit: bool) -> set[str]:
-    """dicom_ids that may not be used as negatives (fixes release defect 25).
+    """dicom_ids that may not be used as negatives (docs/differences.md D8).
 
     Always: every dicom of ``global_segmentation_info.json`` / ``basic_segmentation_info.json``
     (when present), plus the positive sheet's ``dicom_id`` column.
@@ -188,7 +188,7 @@ def prepare_negatives(layout: CurationLayout, *, cxr_dir: str | Path, samples_pe
 
     Per lesion (``LESIONS`` order) the first ``samples_per_lesion`` sampled negatives (already a
     seeded draw, Stage 00.00) whose dicom is not excluded are kept; kept dicoms are then
-    excluded for later lesions (spec section 2.5).
+    excluded for later lesions (docs/curation.md, "Negatives").
 
     Args:
         layout: Stage 00 layout (reads ``global_segmentation_negative_info.json``).
@@ -368,7 +368,9 @@ def distribute(layout: CurationLayout, tasks: Sequence[SheetTask],
 def merge_annotations(layout: CurationLayout, tasks: Sequence[SheetTask],
                       num_annotators: int, *,
                       allow_unreviewed: bool = False) -> dict[str, dict[str, int]]:
-    """Write the annotators' ``optimal?`` values back into the main sheets (release defect 26).
+    """Write the annotators' ``optimal?`` values back into the main sheets.
+
+    docs/differences.md D10.
 
     Every main-sheet row must be reviewed exactly once with a valid value. Every annotator
     value is parsed strictly (:func:`chexpercept.schema.parse_optimal`). All problems are

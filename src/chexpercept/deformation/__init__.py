@@ -1,7 +1,7 @@
 """Stage 01.01 deformation: writes ``deformed_masks/<key_id>/`` and ``deformation_results.json``.
 
 Optimal masks, verified local expansion/contraction edits, the sequential QA deformation chain
-and distractors (original_release_spec.md sections 3.2-3.5).
+and distractors (docs/deformation.md).
 """
 
 from chexpercept.deformation.morphological import (

@@ -27,7 +27,7 @@ _SQUARE3 = np.ones((3, 3), np.uint8)
 
 @lru_cache(maxsize=8)
 def ellipse_kernel(size_px: int) -> np.ndarray:
-    """A ``size_px`` × ``size_px`` elliptical structuring element (release: 32; spec 3.2 step 4)."""
+    """A ``size_px`` × ``size_px`` elliptical structuring element (release: 32)."""
     return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size_px, size_px))
 
 
@@ -39,7 +39,7 @@ def opposite(op: str) -> str:
 def level_iterations(op: str, depth: int, iterations_per_depth: int) -> int:
     """Kernel iterations of depth ``depth``: 2 per depth for expansion, 1 for contraction.
 
-    Source: original_release_spec.md section 3.2 step 4 point 2.
+    The release's rule (docs/deformation.md, "Deformation candidates").
     """
     return (2 if op == EXPANSION else 1) * depth * iterations_per_depth
 
@@ -113,7 +113,8 @@ def edit_delta(
     where ``dilated`` / ``inner`` are the mask dilated / eroded ``iterations`` times (``inner`` one
     more 3×3 erosion, so points on the eroded contour are removed) and ``N`` is the union of discs
     of radius ``NBHD_SCALE · t + NBHD_MARGIN_PX`` around each point, ``t`` its distance to the mask
-    boundary. This replaces the release's SAM3 prompt (spec section 3.2 step 4 point 3).
+    boundary. This replaces the release's SAM3 prompt (docs/deformation.md, "Deformation
+    candidates"; docs/differences.md D13).
 
     Args:
         stack: The base mask's :class:`MorphStack`.
@@ -147,8 +148,8 @@ def compose(
 
     ``(base ∪ adds) ∖ removes``; then 8-connected components that do not touch ``base``
     (detached additions) or are smaller than ``min_component_px`` (contraction fragments; the
-    release also filters components < 1000 px after each prediction, spec 3.2 step 4 point 4)
-    are dropped.
+    release also filters components < 1000 px after each prediction; docs/deformation.md,
+    "Deformation candidates") are dropped.
 
     Args:
         base: (H, W) bool mask the edits were computed on.
@@ -178,7 +179,9 @@ def points_verified(
     mask: np.ndarray, expansion_points: Sequence[Sequence[int]],
     contraction_points: Sequence[Sequence[int]],
 ) -> bool:
-    """Release acceptance check ``verify_deformation`` (spec section 3.2 step 4 point 4).
+    """Release acceptance check ``verify_deformation``.
+
+    docs/deformation.md, "Deformation candidates".
 
     Every expansion point must be inside ``mask`` and every contraction point outside.
     """

@@ -1,11 +1,12 @@
 """Stage 01.01 ``morphological`` backend: one case's ``deformation_results.json`` value and masks.
 
 Optimal masks, deformation candidates, the sequential QA deformation chain and distractor
-masks/points. Follows original_release_spec.md sections 3.2 (steps 2-5) and 3.3 with the SAM3 prompt
-replaced by a morphological edit confined to the chosen anatomy (see
+masks/points. Follows the release's procedure (docs/deformation.md, "Deformation candidates",
+"Sequential QA deformation", "Fake masks and points") with the SAM3 prompt replaced by a
+morphological edit confined to the chosen anatomy (see
 :func:`chexpercept.deformation._morph.edit_delta`). Produces one value of
-``deformation_results.json`` (section 3.4) and the masks of ``deformed_masks/<key_id>/``
-(section 3.5) in memory; the caller writes them.
+``deformation_results.json`` and the masks of ``deformed_masks/<key_id>/`` (docs/deformation.md,
+"Outputs") in memory; the caller writes them.
 
 Differences from the release's output, on purpose: the step-4 entries omit
 ``all_dilated_masks_by_depth``, ``all_eroded_masks_by_depth``, ``first_dilated`` and
@@ -13,11 +14,12 @@ Differences from the release's output, on purpose: the step-4 entries omit
 ``anatomy_depth_levels`` is ``{anatomy: depth}``. The optimal mask is the approved candidate's
 components >= ``min_component_size_px`` as drawn (no SAM refinement, no closing). Every step
 must change >= max(1 % of the component area, 100 px) relative to the previous mask of its
-chain (fake masks: of the step mask), so each edit is visible.
+chain (fake masks: of the step mask), so each edit is visible (docs/differences.md D13, D14,
+D19).
 
-Fixes of release defects: a lung-base zone only admits the same side's costophrenic angle (7);
-every retry starts from the optimal mask and shared state is never mutated (8); all randomness
-comes from one seeded generator (15).
+Fixes of release defects: a lung-base zone only admits the same side's costophrenic angle
+(docs/differences.md D16); every retry starts from the optimal mask and shared state is never
+mutated (D17); all randomness comes from one seeded generator (D45).
 """
 
 from __future__ import annotations
@@ -49,16 +51,17 @@ from chexpercept.errors import ChexperceptError
 
 logger = logging.getLogger(__name__)
 
-#: Operation overrides of the anatomy selection (spec 3.2 step 4 point 1; paper 1.6).
+#: Operation overrides of the anatomy selection (docs/deformation.md, "Deformation candidates").
 FORCE_CONTRACTION_REGION_RATIO = 0.75
 FORCE_EXPANSION_REGION_RATIO = 0.5
 FORCE_CONTRACTION_LUNG_RATIO = 0.7
-#: Depth levels: lung lesions 2, cardiomegaly 1 (spec 3.2 step 4 point 1).
+#: Depth levels: lung lesions 2, cardiomegaly 1 (docs/deformation.md, "Deformation candidates").
 LUNG_DEPTH = 2
 CARDIO_DEPTH = 1
-#: Fake-mask point widths at depth 1 when the depth exceeds 2 (spec 3.3).
+#: Fake-mask point widths at depth 1 when the depth exceeds 2 (docs/deformation.md, "Fake masks
+#: and points").
 DEEP_FAKE_WIDTHS = (3, 4, 5)
-#: Depth raises allowed while making fake masks (spec 3.3).
+#: Depth raises allowed while making fake masks (docs/deformation.md, "Fake masks and points").
 MAX_FAKE_DEPTH_RAISES = 3
 
 # Failure reasons recorded in deformation_results/summary.json.
@@ -84,7 +87,7 @@ class CaseFailure(ChexperceptError):
 
 @dataclass(frozen=True)
 class DeformationParams:
-    """Parameters of the morphological backend (defaults: the release's, spec 3.2-3.3).
+    """Parameters of the morphological backend (defaults: the release's; docs/deformation.md).
 
     Attributes:
         min_component_size_px: Optimal components smaller than this are dropped (1000).
@@ -138,7 +141,8 @@ class CaseDeformation:
 def optimal_components(mask: np.ndarray, min_component_px: int) -> list[np.ndarray]:
     """Components of the candidate mask with >= ``min_component_px`` pixels, largest first.
 
-    4-connected as scipy ``label`` (release ``component_filtering``, spec 3.2 step 2); ties keep
+    4-connected as scipy ``label`` (release ``component_filtering``; docs/deformation.md, "Grid
+    points"); ties keep
     label order. No SAM refinement and no closing: the approved mask is used as drawn.
 
     Args:
@@ -164,13 +168,15 @@ def select_anatomies(
     info: Mapping[str, Any], overlap: Mapping[str, Mapping[str, Any]], is_cardio: bool,
     rng: np.random.Generator, max_regions: int = 3,
 ) -> dict[str, tuple[bool, str]]:
-    """Choose the anatomies to deform and their operation (spec 3.2 step 4 point 1).
+    """Choose the anatomies to deform and their operation.
+
+    docs/deformation.md, "Deformation candidates".
 
     Lung lesions: for each overlapping zone, the candidates are overlapping lung regions whose
     name contains the zone name, plus, for a ``lung base`` zone, the same side's costophrenic
-    angle (release defect 7 admitted either side). Each candidate gets a random operation,
-    forced to contraction if the region ratio >= 0.75, to expansion if <= 0.5, and to
-    contraction if its lung's ratio >= 0.7; one candidate per zone is picked uniformly.
+    angle (the release admitted either side, docs/differences.md D16). Each candidate gets a
+    random operation, forced to contraction if the region ratio >= 0.75, to expansion if <= 0.5,
+    and to contraction if its lung's ratio >= 0.7; one candidate per zone is picked uniformly.
     Cardiomegaly: 1..``max_regions`` random overlapping zones, random operation each.
 
     Args:
@@ -412,7 +418,7 @@ class _CaseRunner:
                                           "mask_path": f"{sid}_no_contraction"}]
         return outcomes
 
-    # ---- distractors (section 3.3) -------------------------------------------------
+    # ---- distractors (docs/deformation.md, "Fake masks and points") ------------------
 
     def _distractors(self, step_mask: np.ndarray, stem: str, op: str, center: list[int],
                      chain_points: Mapping[str, list[list[int]]],
@@ -422,7 +428,7 @@ class _CaseRunner:
         out: dict[str, Any] = {"fake_masks": []}
         for fake_op in (opposite(op), op):
             fake_mask_points: list[list[int]] = []  # per call, as generate_fake_masks2
-            outside = fake_op == CONTRACTION  # 'contraction' -> dilated contour (spec 3.3)
+            outside = fake_op == CONTRACTION  # 'contraction' -> dilated contour (release)
             avoid = chain_points[CONTRACTION] if outside else chain_points[EXPANSION]
             pts = sample_fake_points(stack, outside, self.fake_point_area, self.depth, center,
                                      avoid, self.rng,

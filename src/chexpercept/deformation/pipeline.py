@@ -4,8 +4,8 @@ Also writes ``deformation_results/summary.json``.
 
 Reads candidate masks (``rosalia_pred/<target>/<pair_id>/pred_mask.png``), anatomy masks
 (``chexmasku_pred/``, ``cxas_pred/``); writes ``deformed_masks/<key_id>/*.png`` and
-``deformation_results/items/<key_id>.json`` per finished case (original_release_spec.md
-sections 3.2-3.5; fixes release defects 19 and 20: per-item writes, resume, failures recorded).
+``deformation_results/items/<key_id>.json`` per finished case (docs/deformation.md, "Outputs";
+docs/differences.md D46: per-item writes, resume, failures recorded).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 DEFORMATION_BACKENDS: tuple[str, ...] = ("morphological", "sam3", "sam2")
 """``mask_deformation.backend`` choices (``sam2``/``sam3`` need torch and the model package)."""
 
-#: Indentation of ``deformation_results.json`` (the release writes indent 4; spec 3.2).
+#: Indentation of ``deformation_results.json`` (the release writes indent 4;
+#: docs/deformation.md, "Outputs").
 RESULTS_INDENT = 4
 
 REASON_MISSING_INPUT = "missing_input"

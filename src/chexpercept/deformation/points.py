@@ -1,8 +1,8 @@
 """Stage 01 deformation: deformation-point collection and distractor (fake) point sampling.
 
-Implements ``_collect_points_for_anatomy`` (original_release_spec.md section 3.2 step 4 point 2)
-and the fake points of ``generate_fake_masks2`` (section 3.3). Points are ``[x, y]`` int pixels
-in the 1024 × 1024 frame. All randomness comes from the caller's ``numpy.random.Generator``.
+Implements the release's deformation-point collection (docs/deformation.md, "Deformation
+candidates") and its fake points (docs/deformation.md, "Fake masks and points"). Points are
+``[x, y]`` int pixels in the 1024 × 1024 frame. All randomness comes from the caller's ``numpy.random.Generator``.
 :func:`check_points_in_image` is the one rule for prompt points that reach a SAM predictor
 (docs/deformation.md, "SAM prompts").
 """
@@ -16,16 +16,18 @@ import numpy as np
 
 from chexpercept.deformation._morph import CONTRACTION, EXPANSION, MorphStack, level_iterations
 
-#: Widths (points) at depth 1 (spec 3.2 step 4 point 2).
+#: Widths (points) at depth 1 (docs/deformation.md, "Deformation candidates").
 FIRST_WIDTHS: tuple[int, ...] = (2, 3, 4)
-#: Minimum spacing of depth-1 points (spec 3.2 step 4 point 2).
+#: Minimum spacing of depth-1 points (docs/deformation.md, "Deformation candidates").
 MIN_POINT_SPACING_PX = 30
-#: Point-collection attempts per anatomy (spec 3.2 step 4 point 2).
+#: Point-collection attempts per anatomy (docs/deformation.md, "Deformation candidates").
 POINT_ATTEMPTS = 3
-#: Fake points: at least / at most this many per list (spec 3.3).
+#: Fake points: at least / at most this many per list (docs/deformation.md, "Fake masks and
+#: points").
 MIN_FAKE_POINTS = 2
 MAX_FAKE_POINTS = 5
-#: Fallback fake points lie this far (pixels) from the step centre (spec 3.3).
+#: Fallback fake points lie this far (pixels) from the step centre (docs/deformation.md,
+#: "Fake masks and points").
 FALLBACK_RADIUS_PX = (100, 300)
 #: Fallback candidates are taken on this grid stride (pixels) to keep sampling cheap (ours).
 FALLBACK_STRIDE_PX = 4
@@ -174,7 +176,7 @@ def collect_points(
     takes a width from ``first_widths``, one random candidate and then the candidates nearest to
     it that are >= ``min_spacing`` from the points already chosen; deeper levels take a width in
     {2, ..., previous - 1} (2 if previous <= 2) and, for that many sampled previous points, the
-    nearest unused candidate (spec section 3.2 step 4 point 2).
+    nearest unused candidate (docs/deformation.md, "Deformation candidates").
 
     Args:
         stack: The base mask's :class:`MorphStack` (32 × 32 ellipse kernel).
@@ -215,7 +217,7 @@ def sample_fake_points(
     center: Sequence[int], avoid: Sequence[Sequence[int]], rng: np.random.Generator,
     *, iterations_per_depth: int = 1, min_dist: float = 100.0,
 ) -> list[list[int]]:
-    """Distractor click locations for one step mask (spec section 3.3, "fake points").
+    """Distractor click locations for one step mask (docs/deformation.md, "Fake masks and points").
 
     ``outside`` points lie on the contour of the step mask dilated depth·iterations times
     (``fake_points_expansion``), inside points on the eroded contour (``fake_points_contraction``).

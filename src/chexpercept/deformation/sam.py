@@ -1,6 +1,6 @@
 """Stage 01.01 ``sam2`` / ``sam3`` backends: SAM refinement of optimal masks and SAM-realised edits.
 
-The paper's method (original_release_spec.md section 3.2 steps 2 and 4; paper_notes.md 1.6):
+The paper's method (docs/deformation.md, "SAM refinement" and "Deformation candidates"):
 optimal components are refined with point prompts on a 64-px grid inside each component
 (iteratively accumulated, previous best logits fed back); each deformation is realised by a SAM
 prediction on the CXR prompted with grid points of the target (label 1), the expansion points
@@ -10,9 +10,9 @@ prediction on the CXR prompted with grid points of the target (label 1), the exp
 morphological pipeline's, through :func:`chexpercept.deformation.morphological.deform_case`'s
 ``realise`` hook.
 
-Fixes of release defects: the best-scoring mask's logits are used (8); no state is shared
-between predictions, so retries never start from a failed step (8); refined components are
-renumbered after empty ones are dropped, so ids have no gaps (5).
+Deliberate differences from the release (docs/differences.md D17, D15): the best-scoring mask's
+logits are used; no state is shared between predictions, so retries never start from a failed
+step; refined components are renumbered after empty ones are dropped, so ids have no gaps.
 
 Prompts (docs/deformation.md, "SAM prompts"): every point that reaches the predictor is checked
 to lie inside the image it embedded (rejected, never clipped:
@@ -40,11 +40,12 @@ from chexpercept.io import WORK_SIZE
 
 logger = logging.getLogger(__name__)
 
-#: Grid step of prompt points (spec 3.2 step 1: 64-px grid).
+#: Grid step of prompt points (docs/deformation.md, "Grid points": 64-px grid).
 GRID_STEP_PX = 64
-#: Logit of a "certainly foreground" mask-input pixel: ln(1 / 1e-8) (spec 3.2 step 4 point 3).
+#: Logit of a "certainly foreground" mask-input pixel: ln(1 / 1e-8) (docs/deformation.md,
+#: "SAM refinement").
 MASK_LOGIT = 18.42
-#: Side of SAM's low-resolution mask input (sam2: 256; components.md section 1a).
+#: Side of SAM's low-resolution mask input (sam2: 256; docs/deformation.md, "SAM refinement").
 SAM2_LOWRES = 256
 #: At most this many grid points of the target join an edit prompt (ours: keeps prompts short).
 MAX_EDIT_GRID_POINTS = 16
@@ -136,7 +137,7 @@ def _worker_index() -> int:
 
 
 def load_sam2(checkpoint: str, config: str, device: str) -> PointPredictor:
-    """``SAM2ImagePredictor`` from a local checkpoint (components.md section 1a).
+    """``SAM2ImagePredictor`` from a local checkpoint (docs/deformation.md, "SAM refinement").
 
     Args:
         checkpoint: ``{"model": state_dict}`` file (Meta's format), loaded strictly.
@@ -198,7 +199,7 @@ class Sam3PointPredictor:
 
 
 def load_sam3(checkpoint: str, bpe_path: str, device: str) -> PointPredictor:
-    """SAM3 image model with point prompts from local files (components.md section 1b).
+    """SAM3 image model with point prompts from local files (docs/deformation.md, "SAM refinement").
 
     Needs a GPU environment (sam3 imports triton and creates CUDA tensors at build time).
 
@@ -248,7 +249,7 @@ def grid_points(mask: np.ndarray, step: int = GRID_STEP_PX) -> list[list[int]]:
 
     Args:
         mask: (H, W) bool.
-        step: Grid step in pixels (64, spec 3.2 step 1).
+        step: Grid step in pixels (64; docs/deformation.md, "Grid points").
     """
     ys, xs = np.mgrid[0:mask.shape[0]:step, 0:mask.shape[1]:step]
     inside = mask[ys, xs]
@@ -273,7 +274,7 @@ def best_prediction(predictor: PointPredictor, points: Sequence[Sequence[int]],
                     labels: Sequence[int], mask_input: np.ndarray | None, *,
                     image_hw: tuple[int, int] = (WORK_SIZE, WORK_SIZE),
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Predict (multimask) and keep the best-scoring mask AND its logits (fixes defect 8).
+    """Predict (multimask) and keep the best-scoring mask AND its logits (docs/differences.md D17).
 
     Args:
         predictor: The SAM predictor, with the image already set.
@@ -314,7 +315,9 @@ def _rgb(gray_or_mask: np.ndarray) -> np.ndarray:
 
 def refine_component(predictor: PointPredictor, component: np.ndarray,
                      min_px: int) -> np.ndarray:
-    """SAM refinement of one optimal component on the component's own mask image (spec 3.2 step 2).
+    """SAM refinement of one optimal component on the component's own mask image.
+
+    See docs/deformation.md, "SAM refinement".
 
     Start at the centroid (if inside, else the nearest inside grid point), then add each other
     inside grid point (label 1), feeding the previous best logits back as mask input. Every
@@ -382,7 +385,7 @@ def refine_components(predictor: PointPredictor, components: Sequence[np.ndarray
                       ) -> list[np.ndarray]:
     """Refine every component; empty ones are skipped, empty results dropped, order kept.
 
-    The list index is the ``mask_component_id``, so ids stay contiguous (fixes defect 5).
+    The list index is the ``mask_component_id``, so ids stay contiguous (docs/differences.md D15).
 
     Args:
         predictor: The SAM predictor.
@@ -417,7 +420,7 @@ class SamRealiser:
     """The ``realise`` step of :func:`deform_case` for one case (CXR embedded once).
 
     Each call is independent: the prompt and mask input are rebuilt from its arguments, so no
-    state carries over between steps or retries (fixes defect 8).
+    state carries over between steps or retries (docs/differences.md D17).
     """
 
     def __init__(self, predictor: PointPredictor, cxr: np.ndarray, min_px: int) -> None:

@@ -1,7 +1,7 @@
 """Stage 02: question wording and option strings of chexpercept.json (no artifacts touched).
 
-The question stems are our own wording with the release's meaning (original_release_spec.md
-section 4.2, paper_notes.md section 1.4). Option strings are the release's exactly, because
+The question stems are our own wording with the release's meaning (docs/qa_generation.md,
+"Question types"; docs/differences.md D23). Option strings are the release's exactly, because
 scoring and analysis match on option indices and some readers show the option text.
 """
 
@@ -13,7 +13,7 @@ from chexpercept.lesions import DIRECT_DETECTION_LESIONS, NO_ATTRIBUTE_LESIONS
 
 YES_NO = ("Yes", "No")
 
-#: Point colours in assignment order (spec section 4.2 "Shared point option list").
+#: Point colours in assignment order (docs/benchmark_format.md, "Option naming").
 POINT_COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown")
 #: 8-bit RGB of each point colour (the CSS / matplotlib named colours the release draws with).
 POINT_RGB = {
@@ -46,7 +46,7 @@ _HEART_NOTE = "Ignore any part of the finding that overlaps the heart."
 
 
 def with_options(stem: str, options: Sequence[str]) -> str:
-    """Append the options block every question ends with (spec section 4.2).
+    """Append the options block every question ends with (docs/qa_generation.md, "Question types").
 
     Returns:
         ``stem`` + a blank line + ``Options:`` + one ``(i) <option>`` line per option (1-based).
@@ -122,7 +122,7 @@ def severity_stem(lesion: str, lung: str) -> str:
 
 
 def severity_options(lung: str) -> list[str]:
-    """The three severity options for ``lung`` (thresholds 1/3 and 2/3, spec section 4.2)."""
+    """The three severity options for ``lung`` (thresholds 1/3 and 2/3; release)."""
     return [f"Less than 1/3 of the {lung} area",
             f"1/3 or more but less than 2/3 of the {lung} area",
             f"2/3 or more of the {lung} area"]

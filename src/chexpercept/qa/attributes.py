@@ -1,9 +1,10 @@
 """Stage 02: attribute-extraction QA (stage 4) from ``geometrical_mask_infos`` of a case.
 
-Ground truth is geometric (paper_notes.md section 1.7): the optimal mask's overlap with the
-lung zones, lung regions and lungs that Stage 01 recorded. Rules and thresholds follow
-original_release_spec.md section 4.2 ("Stage 4"), with defect 6 fixed (a case with no
-positive zone cannot be built instead of being answered "4 zones or more").
+Ground truth is geometric: the optimal mask's overlap with the lung zones, lung regions and
+lungs that Stage 01 recorded (docs/deformation.md, "Lung geometry"). Rules and thresholds are
+the release's (docs/qa_generation.md, "Question types" and "Thresholds"), except that a case
+with no positive zone cannot be built instead of being answered "4 zones or more"
+(docs/differences.md D22).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from chexpercept.qa._errors import CaseBuildError
 from chexpercept.schema import GeometricalMaskInfo, LungOverlap
 
 #: Severity thresholds on the covered fraction of the selected lung: < 1/3, [1/3, 2/3), >= 2/3
-#: (spec section 4.2 "severity/measurement"; paper_notes.md section 1.7).
+#: (docs/qa_generation.md, "Thresholds").
 SEVERITY_THRESHOLDS = (1 / 3, 2 / 3)
-#: A lung's lesion is "larger" when it is at least this many times the other (spec 4.2).
+#: A lung's lesion is "larger" when it is at least this many times the other (release).
 COMPARISON_FACTOR = 1.5
-#: Regions offered in the location question besides "None of the above" (spec 4.2).
+#: Regions offered in the location question besides "None of the above" (release).
 LOCATION_CHOICES = 3
 LUNGS = ("left lung", "right lung")
 
@@ -33,7 +34,7 @@ def region_text_and_zone(name: str, key_id: str) -> tuple[str, str]:
     ``"A & B"`` becomes ``"the intersection of the A and the B'"`` where B' is B with
     ``lung base`` renamed ``lower zone lung`` (zone label B'); ``"<side> costophrenic angle"``
     becomes ``"the <side> costophrenic angle"`` (zone label ``<side> lower zone lung``).
-    Spec section 4.2, ``preprocess_anatomy_name``.
+    The release's ``preprocess_anatomy_name`` (docs/qa_generation.md, "Question types").
 
     Raises:
         CaseBuildError: If the name has neither form or its zone is not one of the six.
@@ -67,7 +68,8 @@ def distribution_index(n_zones: int) -> int:
     """1-based option of the distribution question: 1, 2, 3 zones, else 4 ("4 zones or more").
 
     Raises:
-        ValueError: For 0 zones (release defect 6 mapped it to "4 zones or more").
+        ValueError: For 0 zones (the release mapped it to "4 zones or more";
+            docs/differences.md D22).
     """
     if n_zones < 1:
         raise ValueError("no positive zone")
@@ -77,7 +79,7 @@ def distribution_index(n_zones: int) -> int:
 def severity_index(ratio: float) -> int:
     """1-based severity option for a covered lung fraction in [0, 1].
 
-    < 1/3 -> 1, [1/3, 2/3) -> 2, >= 2/3 -> 3 (spec section 4.2).
+    < 1/3 -> 1, [1/3, 2/3) -> 2, >= 2/3 -> 3 (docs/qa_generation.md, "Question types").
     """
     if ratio < SEVERITY_THRESHOLDS[0]:
         return 1
@@ -87,7 +89,7 @@ def severity_index(ratio: float) -> int:
 
 
 def comparison_index(left_size: int, right_size: int, left_has: bool, right_has: bool) -> int:
-    """1-based comparison option (spec section 4.2 "comparison").
+    """1-based comparison option (docs/qa_generation.md, "Question types").
 
     One lung or none involved -> 4; both: left >= 1.5 x right -> 2, right >= 1.5 x left -> 3,
     else 1 (similar). Sizes are pixel counts.
@@ -103,7 +105,7 @@ def comparison_index(left_size: int, right_size: int, left_has: bool, right_has:
 
 def build_attribute_qa(key_id: str, lesion: str, infos: Sequence[GeometricalMaskInfo],
                        rng: np.random.Generator) -> dict[str, Any]:
-    """``attribute_extraction_qa`` of a lung-lesion case (spec sections 4.2 and 4.6).
+    """``attribute_extraction_qa`` of a lung-lesion case (docs/qa_generation.md, "Question types").
 
     - distribution: distinct zones of the positive regions (``has_overlap`` in any component).
     - location: k ~ U{0..3} random positive regions, topped up to 3 with random negative
@@ -125,8 +127,8 @@ def build_attribute_qa(key_id: str, lesion: str, infos: Sequence[GeometricalMask
         ``{"distribution", "location", "severity/measurement", "comparison"}``.
 
     Raises:
-        CaseBuildError: If no lung region overlaps the lesion (0 zones, defect 6), a region
-            name is malformed, or there are fewer than 3 regions to offer.
+        CaseBuildError: If no lung region overlaps the lesion (0 zones, docs/differences.md
+            D22), a region name is malformed, or there are fewer than 3 regions to offer.
     """
     regions: dict[str, tuple[str, str]] = {}
     positives: list[str] = []

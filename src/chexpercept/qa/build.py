@@ -108,7 +108,7 @@ class CaseOutcome:
 
 
 def detection_qa(lesion: str, present: bool) -> dict[str, Any]:
-    """Stage 1 question; answer Yes (1) for positives, No (2) for negatives (spec 4.2)."""
+    """Stage 1 question; answer Yes (1) for positives, No (2) for negatives."""
     answer = "Yes" if present else "No"
     return {"question": _text.with_options(_text.detection_stem(lesion), _text.YES_NO),
             "answer_options": list(_text.YES_NO), "answer": answer,
@@ -119,7 +119,7 @@ def build_item(task: CaseTask) -> dict[str, Any]:
     """The chexpercept.json value of a case, validated by :class:`BenchmarkItem`.
 
     Key order: ``detection_qa``, ``contour_qa``, ``attribute_extraction_qa`` (positives),
-    ``pair_id``, ``dicom_id`` (spec section 4.6). Cardiomegaly positives get
+    ``pair_id``, ``dicom_id`` (docs/benchmark_format.md, "JSON fields"). Cardiomegaly positives get
     ``attribute_extraction_qa: null``.
 
     Raises:

@@ -1,6 +1,6 @@
 """Stage 02: contour QA (stages 2-3) of one case from its ``deformation_results.json`` entry.
 
-Builds ``contour_qa`` of chexpercept.json (original_release_spec.md sections 4.2 and 4.6):
+Builds ``contour_qa`` of chexpercept.json (docs/qa_generation.md, "Question types"):
 the per-component before/after masks, the shared coloured-point options of the expansion and
 contraction questions, and the revision-result mask options. Rendering is in
 :mod:`chexpercept.qa.render`; this module only decides what is shown and what is correct.
@@ -22,17 +22,17 @@ from chexpercept.qa import _text
 from chexpercept.qa._errors import CaseBuildError
 from chexpercept.schema import DeformationCase, GeometricalMaskInfo, StepEntry
 
-#: At most this many points (one colour each); spec section 4.2.
+#: At most this many points (one colour each); docs/qa_generation.md, "Thresholds".
 MAX_POINTS = len(_text.POINT_COLORS)
 #: Distractor points are kept only this far (pixels) from GT points and from each other;
-#: spec section 4.2 ("Fake points ... >= 100 px").
+#: docs/qa_generation.md, "Thresholds".
 MIN_FAKE_POINT_DISTANCE_PX = 100.0
-#: Distractor mask combinations shown next to the true one (1 true + 3 fakes); spec section 4.2.
+#: Distractor mask combinations shown next to the true one (1 true + 3 fakes; release).
 NUM_FAKE_COMBINATIONS = 3
 #: Guard against a combinatorial blow-up of ``itertools.product`` (not in the release).
 MAX_COMBINATIONS = 2_000_000
 #: Lesions whose default distractors are the dilated/eroded mask rather than whole lungs
-#: (spec section 4.2 "Default distractors").
+#: (docs/qa_generation.md, "Question types").
 HEART_LESIONS = frozenset({"cardiomegaly"})
 
 DEFAULT_PREFIX = "default_"
@@ -47,7 +47,8 @@ class ComponentPlan:
         sid: ``suboptimal_component_<id>``.
         component_id: ``<id>``, the ``mask_component_id`` of its geometrical info.
         steps: Deformation steps, expansion steps first then contraction steps (the order
-            Stage 01 applies them, spec section 3.2 step 5); empty if not deformed.
+            Stage 01 applies them, docs/deformation.md, "Sequential QA deformation"); empty if
+            not deformed.
         before: Mask stem shown before revision (the final deformed mask, or the
             ``_no_contraction`` stem of an undeformed component).
         after: Mask stem after the correct revision (``optimal_component_<id>``, or the
@@ -81,8 +82,8 @@ def _sid_order(sid: str) -> tuple[int, int, str]:
 def has_deformation(case: DeformationCase) -> bool:
     """Whether any component of ``case`` has an expansion or contraction step.
 
-    The release forces a case without any step to be revision-free (spec section 4.2,
-    Stage 2); :func:`chexpercept.qa.generate.generate_qa` does the same and lists it.
+    The release forces a case without any step to be revision-free (docs/qa_generation.md,
+    "Export and sampling"); :func:`chexpercept.qa.generate.generate_qa` does the same and lists it.
     """
     qdr = case.qa_deformation_results
     if qdr is None:
@@ -94,7 +95,7 @@ def has_deformation(case: DeformationCase) -> bool:
 def component_plans(case: DeformationCase, key_id: str) -> list[ComponentPlan]:
     """Before/after mask stems of every component, in component-id order.
 
-    Per component (spec section 4.2, "Mask-combination logic"): ``before`` is the
+    Per component (docs/qa_generation.md, "Question types"): ``before`` is the
     ``before revision`` stem of the last step (the last contraction step if any, else the
     last expansion step) and ``after`` is the ``after revision`` stem of the first step
     (``optimal_component_<id>``). Undeformed components use their ``no_deformation`` stem
@@ -141,10 +142,10 @@ def component_plans(case: DeformationCase, key_id: str) -> list[ComponentPlan]:
 
 
 def geometry_by_component(case: DeformationCase, key_id: str) -> dict[str, GeometricalMaskInfo]:
-    """``geometrical_mask_infos`` indexed by ``mask_component_id`` (fixes release defect 5).
+    """``geometrical_mask_infos`` indexed by ``mask_component_id`` (docs/differences.md D15).
 
     The release indexed the list by the component number, which breaks when component ids
-    have gaps (spec section 8 item 5).
+    have gaps.
 
     Raises:
         CaseBuildError: If two entries share a ``mask_component_id``.
@@ -177,7 +178,7 @@ def point_options(plans: Sequence[ComponentPlan], rng: np.random.Generator, key_
     greedily when >= 100 px from every GT point and every kept distractor; if GT +
     distractors exceed 8, distractors are subsampled at random. All points are shuffled and
     coloured red, orange, ... brown; ``{"point": None, "color": "None"}`` is appended last
-    (spec section 4.2, "Shared point option list").
+    (docs/qa_generation.md, "Question types").
 
     Args:
         plans: From :func:`component_plans`.
@@ -254,7 +255,7 @@ def _component_side(plan: ComponentPlan, geometry: dict[str, GeometricalMaskInfo
 def candidate_masks(plans: Sequence[ComponentPlan], lesion: str,
                     geometry: dict[str, GeometricalMaskInfo], key_id: str
                     ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """True and distractor mask stems per component (spec section 4.2).
+    """True and distractor mask stems per component (docs/qa_generation.md, "Question types").
 
     Distractors of a component are its steps' fake masks, then every step's ``mask_path``
     (partial revisions), then default tokens: ``default_keep``, ``default_dilated``,
@@ -304,7 +305,8 @@ def mask_combinations(plans: Sequence[ComponentPlan], true_masks: dict[str, list
     all-true combination is the answer; the others are distractors, except any whose mask set
     equals the before-revision set or the true set, and duplicates (same set). When more
     than 3 remain, they are grouped by their number of ``default_*`` entries and 3 are taken
-    from the groups with the fewest defaults, at random within a group (spec section 4.2).
+    from the groups with the fewest defaults, at random within a group (docs/qa_generation.md,
+    "Question types"; docs/differences.md D24).
 
     Returns:
         ``(true_combination, fake_combinations)``; stems in component order, duplicates
@@ -368,7 +370,7 @@ def revision_result_options(true_combo: list[str], fake_combos: list[list[str]],
 
 def build_contour_qa(key_id: str, lesion: str, case: DeformationCase, no_deformation: bool,
                      rng: np.random.Generator) -> dict[str, Any]:
-    """``contour_qa`` of a positive case (release schema, spec section 4.6).
+    """``contour_qa`` of a positive case (release schema, docs/benchmark_format.md, "JSON fields").
 
     Revision-free cases (``no_deformation``) carry ``no_deformation``, the before/after mask
     lists and ``contour_eval_qa`` only: the stage 3 questions and mask combinations are

@@ -4,8 +4,9 @@ Reads ``qa_results/qa_results.json`` and the bundle ``chexpercept/<key_id>/``; w
 ``<benchmark>/chexpercept.json``, ``<benchmark>/chexpercept/<key_id>/`` (hard links or copies),
 ``<benchmark>/sampling_summary.json`` and ``<benchmark>/stats.csv``
 (:class:`chexpercept.io.BenchmarkLayout`). The
-release had no sampling code (original_release_spec.md section 8 item 17); the per-lesion,
-per-path counts are the paper's 100/100/100 (paper_notes.md section 1.3) by default.
+release had no sampling code (docs/differences.md D31); the per-lesion, per-path counts are
+the paper's 100/100/100 (docs/paper.md, "Benchmark size") by default (docs/qa_generation.md,
+"Export and sampling").
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def sample_cases(items: Mapping[str, BenchmarkItem], *, seed: int, per_path: Map
         seed: Config seed.
         per_path: Cases wanted per lesion for each of ``lesion_free``, ``revision_free``,
             ``revision_required`` (config ``qa_generation.sampling``; paper: 100 each,
-            paper_notes.md section 1.3).
+            docs/paper.md, "Benchmark size").
         distinct_cxrs: Never select two cases on the same CXR (config
             ``qa_generation.sampling.distinct_cxrs``).
 

@@ -1,10 +1,11 @@
 """Stage 02: select cases, split revision-free/required, build all cases, assemble outputs.
 
 Reads ``deformation_results.json``, the positive and negative labeling sheets (each once,
-defect 27) and the deformed/anatomy masks and CXRs; writes ``qa_results/qa_results.json``,
-``qa_results/qa_labeling.csv``, ``qa_results/summary.json``, ``qa_results/items/`` and
-``chexpercept/<key_id>/`` under the Stage 02 output folder (original_release_spec.md
-section 4, with defects 5, 6, 9, 10, 15, 16, 19, 20 and 27 fixed).
+docs/differences.md D28) and the deformed/anatomy masks and CXRs; writes
+``qa_results/qa_results.json``, ``qa_results/qa_labeling.csv``, ``qa_results/summary.json``,
+``qa_results/items/`` and ``chexpercept/<key_id>/`` under the Stage 02 output folder
+(docs/qa_generation.md, "Export and sampling"; release defects fixed: docs/differences.md D15,
+D21, D22, D26, D28, D30, D45 and D46).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from chexpercept.schema import (
 logger = logging.getLogger(__name__)
 
 #: Revision-free fraction when the config names neither the lesion nor ``default``
-#: (spec section 4.1, ``assign_no_deformation_flags``).
+#: (the release's ``assign_no_deformation_flags``; docs/qa_generation.md, "Export and sampling").
 DEFAULT_NO_DEFORMATION_RATIO = 0.5
 
 
@@ -144,7 +145,7 @@ def _check_lesions(key_ids: Sequence[str], where: Path) -> None:
 
 
 def select_cases(inputs: QAInputs, cases: Mapping[str, DeformationCase]) -> Selection:
-    """Read the sheets once each and pick the cases to build (spec section 4.1 "Selection").
+    """Read the sheets once each and pick the cases to build (docs/qa_generation.md).
 
     Positives = accepted key_ids (sheet order) that are in ``cases`` with
     ``qa_deformation_success``; an accepted key_id missing there or failed is listed in
@@ -208,10 +209,10 @@ def no_deformation_ratio(ratios: Mapping[str, float], lesion: str) -> float:
 
 def assign_revision_free(key_ids: Sequence[str], seed: int, ratios: Mapping[str, float],
                          eligible: Collection[str] | None = None) -> dict[str, bool]:
-    """Seeded revision-free / revision-required split per lesion (fixes defect 16).
+    """Seeded revision-free / revision-required split per lesion (docs/differences.md D21).
 
     Rule, per lesion with ``n`` positives: ``n_rr = n - round(n * ratio)`` (the ratio from
-    :func:`no_deformation_ratio`, spec section 4.1) revision-required cases are drawn at
+    :func:`no_deformation_ratio`) revision-required cases are drawn at
     random (``rng_for(seed, "qa_split", lesion)``) among the positives with a usable
     deformation (``eligible``; fewer if fewer are eligible); every other positive is
     revision-free. The export then draws ``sampling.revision_required`` cases at random from
@@ -245,7 +246,7 @@ def assign_revision_free(key_ids: Sequence[str], seed: int, ratios: Mapping[str,
 
 
 def count_questions(item: Mapping[str, Any]) -> int:
-    """QA items of one case as the paper counts them (paper_notes.md section 1.2).
+    """QA items of one case as the paper counts them (docs/paper.md, "Benchmark size").
 
     Detection 1; contour eval 1; revision 3 when asked; attributes 4 when present
     (:func:`chexpercept.bundle.stage_counts`).

@@ -1,4 +1,6 @@
-"""Stage 02: images of one case for the bundle ``chexpercept/<key_id>/`` (spec sections 4.3-4.4).
+"""Stage 02: images of one case for the bundle ``chexpercept/<key_id>/``.
+
+docs/qa_generation.md, "Rendering"; docs/benchmark_format.md, "Image bundle".
 
 Everything is drawn with numpy/cv2 at exactly 1024x1024 (the working frame), so output
 bytes are deterministic. The CXR is read with :func:`chexpercept.io.read_cxr` (the one image
@@ -32,14 +34,14 @@ from chexpercept.io import (
 from chexpercept.qa import _text
 from chexpercept.qa._errors import CaseBuildError
 
-#: Overlay colour (RGB in [0, 1]) and opacity of every mask overlay (spec section 4.3: cyan,
-#: alpha 0.5).
+#: Overlay colour (RGB in [0, 1]) and opacity of every mask overlay (cyan, alpha 0.5;
+#: docs/qa_generation.md, "Rendering").
 OVERLAY_RGB = (0.0, 1.0, 1.0)
 OVERLAY_ALPHA = 0.5
-#: Point marker radius and white rim width in pixels (spec section 4.2: radius 15, 2-px rim).
+#: Point marker radius and white rim width in pixels (radius 15, 2-px rim; release).
 POINT_RADIUS_PX = 15
 POINT_RIM_PX = 2
-#: ``default_dilated`` / ``default_eroded``: 5x5 square kernel, 3 iterations (spec section 4.3).
+#: ``default_dilated`` / ``default_eroded``: 5x5 square kernel, 3 iterations (release).
 DEFAULT_KERNEL = np.ones((5, 5), np.uint8)
 DEFAULT_ITERATIONS = 3
 
@@ -53,8 +55,8 @@ def overlay_mask(gray: np.ndarray, mask: np.ndarray, *, rgb: Sequence[float] = O
                  alpha: float = OVERLAY_ALPHA) -> np.ndarray:
     """Blend a colour over a grayscale CXR where ``mask`` is set.
 
-    ``out = img * (1 - alpha * m) + rgb * alpha * m`` with the image in [0, 1] (spec 4.3),
-    rounded to 8 bit.
+    ``out = img * (1 - alpha * m) + rgb * alpha * m`` with the image in [0, 1], rounded to 8 bit
+    (docs/qa_generation.md, "Rendering").
 
     Args:
         gray: (H, W) uint8 CXR.
@@ -86,8 +88,8 @@ def overlay_mask(gray: np.ndarray, mask: np.ndarray, *, rgb: Sequence[float] = O
 def draw_points(rgb: np.ndarray, options: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """Draw each point option as a filled coloured disc with a white rim.
 
-    Disc radius 15 px, rim 2 px outside it (spec section 4.2); no anti-aliasing, so output
-    is deterministic. The ``None`` option (``point`` null) is not drawn.
+    Disc radius 15 px, rim 2 px outside it (docs/qa_generation.md, "Rendering"); no
+    anti-aliasing, so output is deterministic. The ``None`` option (``point`` null) is not drawn.
 
     Args:
         rgb: (H, W, 3) uint8 image (not modified).
@@ -112,7 +114,8 @@ def draw_points(rgb: np.ndarray, options: Sequence[Mapping[str, Any]]) -> np.nda
 class MaskSource:
     """Loads the masks a case's images use, by stem or special ``default_*`` token.
 
-    Stems are read from ``<deformed_mask_dir>/<stem>.png``. Tokens (spec section 4.3):
+    Stems are read from ``<deformed_mask_dir>/<stem>.png``. Tokens (docs/qa_generation.md,
+    "Rendering"):
     ``default_keep`` = OR of the before-revision masks; ``default_dilated`` /
     ``default_eroded`` = that mask dilated / eroded (5x5 square, 3 iterations);
     ``default_{right,left}_lung_chex`` = ``<chexmask_dir>/<dicom>/{side}_lung.png``;
@@ -224,8 +227,8 @@ def render_case(key_id: str, item: Mapping[str, Any], cxr_gray: np.ndarray, mask
         ``{relative_path: (1024, 1024, 3) uint8}``; one image per option, never fewer.
 
     Raises:
-        CaseBuildError: If any image cannot be built (defect 10: the whole case fails rather
-            than losing an option image).
+        CaseBuildError: If any image cannot be built (docs/differences.md D26: the whole case
+            fails rather than losing an option image).
     """
     images = {DETECTION_IMAGE: to_rgb(cxr_gray)}
     contour = item.get("contour_qa")

@@ -3,7 +3,7 @@
 The release's sheet names ``<key_id>_attribute_extraction_qa.png`` (and, never written there,
 ``<key_id>_deformation_qa.png``) for annotators to check each case, but the script that drew
 them (``_internal``) was never released, so every ``plot_name`` pointed at nothing
-(original_release_spec.md section 4.1). We draw them into ``qa_results/qa_visualizations/``
+(docs/differences.md D29). We draw them into ``qa_results/qa_visualizations/``
 (the folder the release's docstring names) from the images and answers of the case itself:
 
 - ``attribute_extraction``: the CXR with the true lesion mask (``revision_after_masks``) in cyan,
@@ -38,12 +38,12 @@ WRAP_CHARS = 58
 #: Frame drawn around the true revision option (RGB) and its width in pixels.
 TRUE_FRAME_RGB = (0, 200, 0)
 FRAME_PX = 6
-#: Attribute questions in the order of chexpercept.json (spec section 4.2).
+#: Attribute questions in the order of chexpercept.json (docs/benchmark_format.md, "JSON fields").
 ATTRIBUTE_KEYS = ("distribution", "location", "severity/measurement", "comparison")
 
 
 def review_plot_name(key_id: str, qa_type: str) -> str:
-    """``<key_id>_<qa_type>_qa.png``, the sheet's ``plot_name`` (spec section 4.1)."""
+    """``<key_id>_<qa_type>_qa.png``, the sheet's ``plot_name`` (docs/qa_generation.md)."""
     return f"{key_id}_{qa_type}_qa.png"
 
 
@@ -175,7 +175,8 @@ def review_types(key_id: str, item: Mapping[str, Any]) -> list[str]:
     """The ``qa_type`` of every review figure of a case, in ``qa_labeling.csv`` order.
 
     ``attribute_extraction`` for a positive case of a lesion with attribute questions,
-    ``deformation`` for a revision-required case; none for negatives (spec section 4.1).
+    ``deformation`` for a revision-required case; none for negatives (docs/qa_generation.md,
+    "Rendering").
     """
     contour = item.get("contour_qa")
     if not contour:

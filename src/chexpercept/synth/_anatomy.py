@@ -21,7 +21,7 @@ ZONE_MIN_PX = 500
 def vertical_thirds(lung: np.ndarray) -> list[np.ndarray]:
     """Split a lung into upper / mid / base by thirds of its vertical extent.
 
-    Same rule as the ``chex_vertical_thirds`` zone source (paper_notes.md section 1.5).
+    Same rule as the ``chex_vertical_thirds`` zone source (docs/deformation.md, "Anatomy masks").
 
     Args:
         lung: (H, W) bool.

@@ -41,7 +41,7 @@ class StudySpec:
         positives: Findings, drawn into the image, each with a lesion mask.
         negatives: Lesions the report states absent (``global`` negative pairs).
         other_negatives: ``(lesion, locations)`` non-global (``basic``) negative pairs; the
-            curation must ignore them (spec section 2.2).
+            curation must ignore them (docs/curation.md, "Sampling").
     """
 
     number: int

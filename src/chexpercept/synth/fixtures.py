@@ -51,8 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: Side of the MIMIC-ILS lesion masks (the real data's masks are 512 x 512 gray 0/255).
 ILS_MASK_SIZE = 512
-#: Fixture sanity rules (brief): each lesion component >= 1000 px at 1024 (the Stage 01
-#: minimum component size, paper_notes.md section 1.6) and, except cardiomegaly,
+#: Fixture sanity rules: each lesion component >= 1000 px at 1024 (the Stage 01
+#: minimum component size, docs/deformation.md, "Grid points") and, except cardiomegaly,
 #: >= 3000 px inside the lungs.
 MIN_COMPONENT_PX = 1000
 MIN_LUNG_OVERLAP_PX = 3000
@@ -212,7 +212,7 @@ def _write_jpg(path: Path, img: np.ndarray) -> None:
 
 
 def _write_bitmask(path: Path, mask: np.ndarray) -> None:
-    """1-bit PNG, as CheXmask-U / CXAS outputs (spec section 7.4)."""
+    """1-bit PNG, as CheXmask-U / CXAS outputs (docs/deformation.md, "Anatomy masks")."""
     buf = _io.BytesIO()
     Image.fromarray(np.ascontiguousarray(mask, dtype=bool)).save(buf, format="PNG")
     write_bytes_atomic(path, buf.getvalue())
