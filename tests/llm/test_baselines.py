@@ -96,7 +96,7 @@ def test_stable_hash_matches_core():
 
 def test_pricing():
     usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
-    assert cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # docs/differences.md
+    assert cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # differences.md D37
     assert cost_usd("gpt-5.4-nano-2026-03-05", usage) == pytest.approx(1.45)  # snapshot date
     assert cost_usd("medgemma1.5", usage) is None  # unknown model: NA, not 0
     cached = Usage(input_tokens=1_000_000, cached_input_tokens=1_000_000, output_tokens=0)

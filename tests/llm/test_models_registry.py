@@ -51,7 +51,7 @@ def test_release_settings_per_alias():
         else:
             assert (spec.backend, spec.provider) == ("vllm", "opensource"), alias
             # every vLLM model takes the 7 images of a revision-required dialogue, medgemma
-            # included (the release omitted it there: docs/differences.md)
+            # included (the release omitted it there: docs/differences.md D38)
             assert spec.limit_mm_per_prompt == {"image": 7}, alias
         assert spec.thinking is alias.startswith("qwen"), alias
     assert MODELS["glm-4v"].gpu_num == 4 and MODELS["huatuo"].gpu_num == 4

@@ -153,7 +153,7 @@ def test_prices_come_from_the_yaml_file(tmp_path):
 
 def test_shipped_table_matches_ids_aliases_snapshots_and_prefixes():
     usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
-    assert pricing.cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # docs/differences.md
+    assert pricing.cost_usd("gemini-3.1-pro", usage) == pytest.approx(14.0)  # differences.md D37
     assert pricing.cost_usd("gemini-3.1-pro-preview", usage) == pytest.approx(14.0)
     assert pricing.cost_usd("models/gemini-3.1-flash-lite", usage) == pytest.approx(1.75)
     assert pricing.cost_usd("gpt-5.4-mini-2026-03-17", usage) == pytest.approx(5.25)

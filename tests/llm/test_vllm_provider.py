@@ -129,7 +129,7 @@ def test_messages_text_then_data_url_images(stub, model_dir, tmp_path):
     assert [p["type"] for p in parts[1:]] == ["image_url", "image_url"]
     assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
     assert vllm_stub.decode_data_url(parts[1]["image_url"]["url"]).getpixel((0, 0)) == (77,) * 3
-    # medgemma gets the 7-image limit too (the release left it out: docs/differences.md)
+    # medgemma gets the 7-image limit too (the release left it out: docs/differences.md D38)
     assert stub.LLM.instances[0].engine_kwargs["limit_mm_per_prompt"] == {"image": 7}
 
 

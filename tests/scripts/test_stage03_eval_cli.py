@@ -97,5 +97,5 @@ def test_missing_vllm_is_a_clean_error(main, bench, tmp_path, capsys, monkeypatc
 
 
 def test_default_provider_without_api_keys_file(main, bench, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # no api_info/api_keys.yaml anywhere (docs/differences.md)
+    monkeypatch.chdir(tmp_path)  # no api_info/api_keys.yaml anywhere (docs/differences.md D33)
     assert run_main(main, _args(bench, tmp_path / "out", "--provider", "random")) == 0

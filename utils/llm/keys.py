@@ -4,7 +4,7 @@ The key file (``api_info/api_keys.yaml`` at the repository root, or ``--api-keys
 when the chosen provider needs a value that the environment does not give, and only the
 provider's own block is ``${VAR}``-expanded, so an unset variable in another provider's block
 does not matter (unlike the release, whose key file was required for every provider and opened
-relative to the working directory: docs/differences.md). Values never reach a log, record or
+relative to the working directory: docs/differences.md D33). Values never reach a log, record or
 manifest: messages name the environment variable and the YAML key, never the value, and
 :func:`redact` scrubs provider error texts.
 """

@@ -7,7 +7,7 @@ becomes an :class:`EvalCase`: its ground-truth path (docs/benchmark_format.md, "
 the turns it is asked (docs/evaluation_protocol.md, "Turn order"), with the images every turn
 shows. :func:`validate_bundle` checks everything a run needs before the first request, so a
 case is never asked with fewer images than its question lists (the release sent what it had;
-docs/differences.md).
+docs/differences.md D35).
 """
 
 from __future__ import annotations

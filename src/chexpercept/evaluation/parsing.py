@@ -1,7 +1,7 @@
 r"""Stage 03: strict answer parsing of raw model output into option indices and a status.
 
 The parser reads only what the model declared; it never guesses. The release's fallback of
-taking *all integers anywhere in the text* is not reproduced (docs/differences.md): text that
+taking *all integers anywhere in the text* is not reproduced (docs/differences.md D34): text that
 does not declare an answer is ``unparseable``. The rules below are applied in this order;
 ``docs/parsing.md``, section "Parser rules", gives them with examples, what stays
 unparseable, and the statuses.
