@@ -96,3 +96,31 @@ def test_importing_everything_loads_no_heavy_package():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _scripts() -> list[Path]:
+    return sorted(p for p in (ROOT / "src").glob("[0-9][0-9]_*/[0-9][0-9]_*.py"))
+
+
+def test_numbered_scripts_import_only_the_library_api_and_utils_never_each_other():
+    """A script imports public library modules and utils, and never loads another script.
+
+    Nothing private, and no import by name or path, runpy or importlib (naming another script
+    in a help text is fine).
+    """
+    scripts = _scripts()
+    assert len(scripts) >= 12
+    bad = []
+    for path in scripts:
+        rel = path.relative_to(ROOT)
+        for mod in _imports(path):
+            top = mod.split(".")[0]
+            if top in ("chexpercept", "utils") and any(p.startswith("_") for p in mod.split(".")):
+                bad.append(f"{rel} imports the private module {mod}")
+            if top[:1].isdigit() or top == "src":
+                bad.append(f"{rel} imports the script {mod}")
+        text = path.read_text(encoding="utf-8")
+        for word in ("runpy", "spec_from_file_location", "import_module"):
+            if word in text:
+                bad.append(f"{rel} uses {word}")
+    assert bad == []

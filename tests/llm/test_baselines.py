@@ -110,3 +110,16 @@ def test_imports_load_no_heavy_dependency():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_misspelt_provider_option_is_an_error_that_names_it():
+    with pytest.raises(ConfigError, match=r"provider 'random' has no option\(s\) temprature; "
+                                          r"it takes: .*seed"):
+        create_model("random", temprature=0.0)
+    with pytest.raises(ConfigError, match=r"no option\(s\) max_retires.*max_retries"):
+        create_model("openai", "gpt-5.4", env={}, max_retires=3)
+    # run-wide options are taken by every provider; Azure takes the OpenAI options it passes on
+    assert create_model("dummy", seed=3, no_thinking=True).model == "baseline"
+    from utils.llm.registry import provider_class, provider_options
+    assert {"deployment", "reasoning_effort", "max_retries"} <= provider_options(
+        provider_class("azure"))

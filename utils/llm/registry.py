@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import re
 from typing import Any
 
@@ -140,20 +141,50 @@ def provider_class(name: str) -> type[ChatModel]:
     return cls
 
 
+#: Options every provider accepts, whether it uses them or not: Stage 03 passes them to any
+#: provider (a baseline ignores ``no_thinking``; only ``random`` draws with ``seed``).
+RUN_OPTIONS = frozenset({"seed", "no_thinking"})
+
+
+def provider_options(cls: type[ChatModel]) -> frozenset[str]:
+    """The keyword options a provider class takes.
+
+    Its ``__init__``'s named parameters and those of the classes it hands ``**kwargs`` to (an
+    Azure model takes the OpenAI options).
+    """
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or not issubclass(klass, ChatModel):
+            continue
+        params = inspect.signature(init).parameters
+        names |= {n for n, p in params.items() if n not in ("self", "model")
+                  and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return frozenset(names)
+
+
 def create_model(name: str, model: str | None = None, **options: Any) -> ChatModel:
     """Create a provider's model.
 
     Args:
         name: Provider name (a key of :data:`PROVIDERS`) or plugin ``"module:Class"``.
         model: Model id or alias; None uses :func:`default_model`.
-        **options: Provider options (e.g. ``seed`` for ``random``, ``no_thinking``); each
-            provider ignores the ones it does not use.
+        **options: The provider's options (its ``__init__`` keywords, documented there), plus
+            :data:`RUN_OPTIONS`. A registered provider refuses any other option by name, so a
+            misspelt option is never silently dropped; a plugin gets what it declares.
 
     Returns:
         A ready :class:`~utils.llm.base.ChatModel`.
 
     Raises:
-        ConfigError: See :func:`provider_class`.
+        ConfigError: See :func:`provider_class`; or an option the provider does not take
+            (names it and lists the ones it does).
     """
     cls = provider_class(name)
+    if not is_plugin_spec(name):
+        known = provider_options(cls)
+        unknown = sorted(set(options) - known - RUN_OPTIONS)
+        if unknown:
+            raise ConfigError(f"provider '{name}' has no option(s) {', '.join(unknown)}; it "
+                              f"takes: {', '.join(sorted(known | RUN_OPTIONS))}")
     return cls(model or default_model(name), **options)
