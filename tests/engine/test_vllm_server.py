@@ -188,8 +188,12 @@ def test_extra_body_is_sent_recorded_and_part_of_the_resume_identity(served, tmp
     assert reserved.returncode == 2 and "may not set messages" in reserved.stderr
 
 
-def test_server_killed_mid_run_stops_with_one_message_and_a_rerun_completes(served):
-    """Last: kills the module's server and starts it again."""
+def test_server_killed_mid_run_leaves_cases_unfinished_and_a_rerun_completes(served):
+    """Last: kills the module's server and starts it again.
+
+    The turns in flight get no answer: logged to faults.jsonl, never recorded; the run ends
+    with exit 3 and one line naming the unfinished cases (docs/engines.md, "Faults").
+    """
     reference = _reference(served, "none")
     server = served["server"]
     out = served["root"] / "outage"
@@ -203,10 +207,14 @@ def test_server_killed_mid_run_stops_with_one_message_and_a_rerun_completes(serv
         rc = proc.wait(timeout=300)
     text = log.read_text(encoding="utf-8")
     (line,) = _error_lines(text)
-    assert rc == 2
-    assert "no answer from the server" in line and "nothing was recorded" in line
+    assert rc == 3
+    assert "case(s) unfinished" in line and "no answer from the server" in line
     recs = eh.records(run_dir)
     assert recs and "error" not in {r["completion_status"] for r in recs}
+    faults = (run_dir / "faults.jsonl").read_text(encoding="utf-8").splitlines()
+    recorded = {(r["key_id"], r["turn"]) for r in recs}
+    assert faults and all((f["key_id"], f["turn"]) not in recorded
+                          for f in map(json.loads, faults))
     server.start()
     server.wait_ready(timeout_s=300)
     done = eh.run_eval(served["sample"], out, *args)
