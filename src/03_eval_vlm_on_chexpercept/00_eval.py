@@ -21,31 +21,18 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from chexpercept import io
-from chexpercept.errors import ConfigError, SchemaError
-from chexpercept.evaluation import (
-    ORACLE_SETTINGS,
-    EvalSettings,
-    load_bundle,
-    run_evaluation,
-    select_key_ids,
-    validate_bundle,
-)
-from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY, run_evaluation_async
-from chexpercept.evaluation.budget import check_budget
-from chexpercept.evaluation.cost_estimate import (
-    call_shapes,
-    estimate,
-    estimate_all_priced,
-    format_estimates,
-)
+from chexpercept.errors import ConfigError
+from chexpercept.evaluation import ORACLE_SETTINGS
+from chexpercept.evaluation.api import cost_table, evaluate, select_cases
+from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
 from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
     UNFINISHED_EXIT,
     RunSummary,
 )
-from chexpercept.evaluation.sharding import check_part, select_part
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
@@ -62,11 +49,8 @@ from utils.llm.registry import (
     BASELINE_PROVIDERS,
     DEFAULT_MODEL,
     PROVIDERS,
-    create_model,
     default_model,
     is_plugin_spec,
-    provider_class,
-    provider_label,
 )
 from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
 
@@ -221,8 +205,8 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
                        default=None,
                        help="Retries per request on 408/409/429/5xx, timeouts and connection "
-                            "failures, >= 0; when they run out the run stops and records "
-                            "nothing for that turn (default: 6).")
+                            "failures, >= 0; when they run out the turn gets no answer and its "
+                            "case stays unfinished for a re-run (default: 6).")
     group.add_argument("--request-timeout", "--request_timeout", dest="request_timeout",
                        type=positive_seconds, default=None,
                        help="Per-attempt HTTP timeout in seconds (default: 600).")
@@ -365,70 +349,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.environ[var] = value
     provider = "dummy" if args.debug else args.provider
     check_provider_flags(args, provider)
-    model_name = args.model or default_model(provider)
-    seed = args.seed if args.seed is not None else (config.seed if config else 0)
+    if args.max_retries is not None and args.max_retries < 0:
+        raise ConfigError(f"--max-retries must be >= 0, got {args.max_retries}")
+    selection = {"limit": args.limit, "per_path_limit": args.per_path_limit,
+                 "part": args.part, "total_parts": args.total_parts}
+    if args.validate_only or args.estimate_cost:
+        cases = select_cases(args.benchmark_dir, **selection)
+        if args.estimate_cost:
+            print(cost_table(cases, args.model or default_model(provider)))
+        else:
+            logger.info("benchmark bundle %s is valid: %d case(s) checked",
+                        args.benchmark_dir, len(cases))
+        return 0
     output_path = args.output_path or (
         config.eval_vlm_on_chexpercept.output_path if config else None) or \
         io.stage_output_dir("03", config.path.work_dir if config else None)
-    check_part(args.part, args.total_parts)
-    if not args.validate_only:
-        provider_class(provider)  # fail fast on an unavailable provider, before any work
+    seed = args.seed if args.seed is not None else (config.seed if config else 0)
 
-    bundle = load_bundle(args.benchmark_dir)
-    if not bundle.items:
-        raise SchemaError(f"{bundle.layout.json_path}: the benchmark holds no case")
-    key_ids = select_key_ids(bundle, limit=args.limit, per_path_limit=args.per_path_limit)
-    key_ids = select_part(key_ids, args.part, args.total_parts)  # by key_id hash (sharding.py)
-    cases = validate_bundle(bundle, key_ids)
-    if args.validate_only:
-        logger.info("benchmark bundle %s is valid: %d case(s) checked", bundle.layout.root,
-                    len(cases))
-        return 0
-    if args.estimate_cost:
-        shapes = call_shapes(cases)
-        chosen = estimate(shapes, model_name)
-        rows = [chosen, *(e for e in estimate_all_priced(shapes) if e.model != chosen.price_key)]
-        print(format_estimates(rows, len(cases)))
-        return 0
-    if args.max_retries is not None and args.max_retries < 0:
-        raise ConfigError(f"--max-retries must be >= 0, got {args.max_retries}")
+    def start_log(run_dir: Path) -> None:
+        logger.info("log: %s", setup_logging(args.log_level, run_dir / "logs", name="eval",
+                                             progress=show_progress))
 
-    run_dir = io.eval_run_dir(output_path, provider_label(provider), model_name,
-                              args.oracle_setting, no_thinking=args.no_thinking)
-    if args.part is not None:  # merged later by 01_merge_parts.py
-        run_dir = io.eval_part_dir(run_dir, args.part, args.total_parts)
-    log_path = setup_logging(args.log_level, run_dir / "logs", name="eval",
-                             progress=show_progress)
-    logger.info("provider %s, model %s, oracle %s, %d case(s); log: %s", provider, model_name,
-                args.oracle_setting, len(cases), log_path)
-    generation = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
-    model = create_model(provider, model_name, seed=seed, no_thinking=args.no_thinking,
-                         **generation, **_local_model_options(args), **_api_options(args))
-    try:
-        model.preflight()  # API: wait for a starting server, check it serves --model
-        check_budget(cases, model)  # before the offline engine loads
-    except BaseException:
-        model.close()
-        raise
-    settings = EvalSettings(provider=provider, model=model_name,
-                            oracle_setting=args.oracle_setting, no_thinking=args.no_thinking,
-                            seed=seed, save_every=args.save_every, part=args.part,
-                            total_parts=args.total_parts, limit=args.limit,
-                            per_path_limit=args.per_path_limit,
-                            max_consecutive_faults=args.max_consecutive_faults,
-                            give_up_unanswered=args.give_up_unanswered)
-    try:
-        if model.supports_async:  # API providers: per-case pipelines, no stage barrier
-            default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
-                DEFAULT_CONCURRENCY
-            summary = run_evaluation_async(bundle, cases, model, settings, run_dir,
-                                           concurrency=args.concurrency or default,
-                                           overwrite=args.overwrite)
-        else:
-            summary = run_evaluation(bundle, cases, model, settings, run_dir,
-                                     overwrite=args.overwrite, progress=progress)
-    finally:
-        model.close()
+    summary = evaluate(
+        args.benchmark_dir, provider=provider, output_path=output_path, model=args.model,
+        oracle_setting=args.oracle_setting, no_thinking=args.no_thinking, seed=seed,
+        **selection, save_every=args.save_every, overwrite=args.overwrite,
+        concurrency=args.concurrency, max_new_tokens=args.max_new_tokens,
+        max_consecutive_faults=args.max_consecutive_faults,
+        give_up_unanswered=args.give_up_unanswered, progress=progress, on_run_dir=start_log,
+        provider_options={**_local_model_options(args), **_api_options(args)})
     logger.info("%s", summary.line())
     return unfinished_exit_code(summary)
 

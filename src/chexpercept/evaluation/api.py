@@ -1,0 +1,194 @@
+"""Stage 03 as a Python API: select and validate cases, estimate cost, evaluate a provider.
+
+``src/03_eval_vlm_on_chexpercept/00_eval.py`` parses its flags and calls these; a notebook or a
+script can call them directly::
+
+    from chexpercept.evaluation.api import evaluate
+    summary = evaluate("data/chexpercept", provider="random", oracle_setting="none",
+                       output_path="outputs/03")
+    print(summary.line())
+
+Everything the run writes is described in docs/evaluation_protocol.md, "Run folder".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io
+from chexpercept.errors import SchemaError
+from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY, run_evaluation_async
+from chexpercept.evaluation.budget import check_budget
+from chexpercept.evaluation.cases import (
+    Bundle,
+    EvalCase,
+    load_bundle,
+    select_key_ids,
+    validate_bundle,
+)
+from chexpercept.evaluation.cost_estimate import (
+    call_shapes,
+    estimate,
+    estimate_all_priced,
+    format_estimates,
+)
+from chexpercept.evaluation.runner import run_evaluation
+from chexpercept.evaluation.session import (
+    DEFAULT_MAX_CONSECUTIVE_FAULTS,
+    EvalSettings,
+    RunSummary,
+)
+from chexpercept.evaluation.sharding import check_part, select_part
+from utils.llm.registry import create_model, default_model, provider_class, provider_label
+from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
+
+logger = logging.getLogger(__name__)
+
+
+def select_cases(benchmark_dir: str | Path, *, limit: int | None = None,
+                 per_path_limit: int | None = None, part: int | None = None,
+                 total_parts: int = 1) -> list[EvalCase]:
+    """Load the bundle and return the selected, validated cases (benchmark order).
+
+    Args:
+        benchmark_dir: Folder with ``chexpercept.json`` and ``chexpercept/``.
+        limit: Only the first ``limit`` cases in JSON order (``--limit``).
+        per_path_limit: At most this many cases per QA path (``--per_path_limit``).
+        part: Part index of a sharded run (``--part``), or None.
+        total_parts: Number of parts (``--total-parts``).
+
+    Returns:
+        The planned cases; every image exists and opens, options and answers agree.
+
+    Raises:
+        ConfigError: On a bad ``part`` / ``total_parts``.
+        SchemaError: If the benchmark is empty or a case is invalid (names file and key_id).
+    """
+    return _select(benchmark_dir, limit, per_path_limit, part, total_parts)[1]
+
+
+def _select(benchmark_dir: str | Path, limit: int | None, per_path_limit: int | None,
+            part: int | None, total_parts: int) -> tuple[Bundle, list[EvalCase]]:
+    """The loaded bundle and the selected, validated cases (see :func:`select_cases`)."""
+    check_part(part, total_parts)
+    bundle = load_bundle(benchmark_dir)
+    if not bundle.items:
+        raise SchemaError(f"{bundle.layout.json_path}: the benchmark holds no case")
+    key_ids = select_key_ids(bundle, limit=limit, per_path_limit=per_path_limit)
+    key_ids = select_part(key_ids, part, total_parts)  # by key_id hash (sharding.py)
+    return bundle, validate_bundle(bundle, key_ids)
+
+
+def cost_table(cases: Iterable[EvalCase], model: str) -> str:
+    """The expected API cost of ``cases`` for ``model`` and every priced model, as text.
+
+    See docs/evaluation_protocol.md, "Cost".
+    """
+    cases = list(cases)
+    shapes = call_shapes(cases)
+    chosen = estimate(shapes, model)
+    rows = [chosen, *(e for e in estimate_all_priced(shapes) if e.model != chosen.price_key)]
+    return format_estimates(rows, len(cases))
+
+
+def run_folder(output_path: str | Path, provider: str, model: str, oracle_setting: str, *,
+               no_thinking: bool = False, part: int | None = None,
+               total_parts: int = 1) -> Path:
+    """The run folder of these settings (``<output>/<provider>_<model>/oracle_<setting>/``).
+
+    A part of a sharded run lives in ``.../part_<i>_of_<n>/`` (merged by
+    :func:`chexpercept.evaluation.sharding.merge_parts`).
+    """
+    run_dir = io.eval_run_dir(output_path, provider_label(provider), model, oracle_setting,
+                              no_thinking=no_thinking)
+    return io.eval_part_dir(run_dir, part, total_parts) if part is not None else run_dir
+
+
+def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Path,
+             model: str | None = None, oracle_setting: str = "implicit",
+             no_thinking: bool = False, seed: int = 0, limit: int | None = None,
+             per_path_limit: int | None = None, part: int | None = None,
+             total_parts: int = 1, save_every: int = 10, overwrite: bool = False,
+             concurrency: int | None = None, max_new_tokens: int | None = None,
+             max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
+             give_up_unanswered: bool = False,
+             provider_options: Mapping[str, Any] | None = None,
+             progress: Callable[..., Iterable[int]] | None = None,
+             on_run_dir: Callable[[Path], Any] | None = None) -> RunSummary:
+    """Evaluate a provider on the selected cases (or resume its run) and write the run folder.
+
+    API providers (and ``--vllm-engine async``) run cases as concurrent pipelines; offline
+    engines and baselines in one batched call per turn index. Faults never become answers:
+    a case whose turn got no answer is left unfinished and listed in the summary
+    (docs/engines.md, "Faults").
+
+    Args:
+        benchmark_dir: Folder with ``chexpercept.json`` and ``chexpercept/``.
+        provider: Provider registry name or plugin ``module:Class``.
+        output_path: Root of run folders.
+        model: Model alias or id (None: the provider's default).
+        oracle_setting: ``none``, ``implicit`` or ``explicit``
+            (docs/evaluation_protocol.md, "Oracle settings").
+        no_thinking: The ``--no-thinking`` variant.
+        seed: Run seed.
+        limit: See :func:`select_cases`.
+        per_path_limit: See :func:`select_cases`.
+        part: See :func:`select_cases`.
+        total_parts: See :func:`select_cases`.
+        save_every: Rewrite ``all_results.json`` after this many newly finished cases.
+        overwrite: Start the run folder afresh.
+        concurrency: Requests in flight of the async runner (None: its default).
+        max_new_tokens: Output-token cap per turn (None: the provider's default).
+        max_consecutive_faults: Stop after this many requests in a row got no answer.
+        give_up_unanswered: Do not ask again turns that got no answer earlier.
+        provider_options: Further options of the provider (``create_model``; an option it
+            does not take is an error naming it).
+        progress: Optional wrapper of the sync runner's turn loop.
+        on_run_dir: Called with the run folder once the cases are valid and before the model
+            is created (the CLI starts its log file there); nothing is written before.
+
+    Returns:
+        The run summary (``unfinished`` lists cases left without an answer).
+
+    Raises:
+        ConfigError: On bad settings, an unknown provider option, or a run folder with another
+            manifest.
+        ProviderError: On a fault that stops the run (credentials, quota, unknown model, a
+            first turn over the context, a dead server).
+        SchemaError: On an invalid bundle or corrupt records.
+    """
+    provider_class(provider)  # fail fast on an unavailable provider, before any work
+    bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
+    model_name = model or default_model(provider)
+    run_dir = run_folder(output_path, provider, model_name, oracle_setting,
+                         no_thinking=no_thinking, part=part, total_parts=total_parts)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
+    generation = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+    chat_model = create_model(provider, model_name, seed=seed, no_thinking=no_thinking,
+                              **generation, **dict(provider_options or {}))
+    try:
+        chat_model.preflight()  # API: wait for a starting server, check it serves the model
+        check_budget(cases, chat_model)  # before the offline engine loads
+        settings = EvalSettings(provider=provider, model=model_name,
+                                oracle_setting=oracle_setting, no_thinking=no_thinking,
+                                seed=seed, save_every=save_every, part=part,
+                                total_parts=total_parts, limit=limit,
+                                per_path_limit=per_path_limit,
+                                max_consecutive_faults=max_consecutive_faults,
+                                give_up_unanswered=give_up_unanswered)
+        logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
+                    model_name, oracle_setting, len(cases), run_dir)
+        if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier
+            default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
+                DEFAULT_CONCURRENCY
+            return run_evaluation_async(bundle, cases, chat_model, settings, run_dir,
+                                        concurrency=concurrency or default,
+                                        overwrite=overwrite)
+        return run_evaluation(bundle, cases, chat_model, settings, run_dir,
+                              overwrite=overwrite, progress=progress)
+    finally:
+        chat_model.close()
