@@ -2,7 +2,8 @@
 
 Implements the release's deformation-point collection (docs/deformation.md, "Deformation
 candidates") and its fake points (docs/deformation.md, "Fake masks and points"). Points are
-``[x, y]`` int pixels in the 1024 × 1024 frame. All randomness comes from the caller's ``numpy.random.Generator``.
+``[x, y]`` int pixels in the 1024 × 1024 frame. All randomness comes from the caller's
+``numpy.random.Generator``.
 :func:`check_points_in_image` is the one rule for prompt points that reach a SAM predictor
 (docs/deformation.md, "SAM prompts").
 """
