@@ -1,0 +1,357 @@
+"""Core: artifact paths, one function per artifact (nnU-Net habit), with release defaults.
+
+The on-disk layout of every stage (docs/README.md) is defined here, and each folder name's
+builder sits next to its parser (:func:`eval_run_dir` / :func:`parse_run_name`). Every CLI can
+override its roots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# --------------------------------------------------------------------------------------
+# Artifact paths (one function per artifact; release defaults; docs/README.md)
+# --------------------------------------------------------------------------------------
+
+STAGE_DIRS = {
+    "00": "src/00_source_data_curation",
+    "01": "src/01_mask_deformation",
+    "02": "src/02_qa_generation",
+    "03": "src/03_eval_vlm_on_chexpercept",
+    "04": "src/04_analyze_eval_result",
+}
+
+
+def repo_root() -> Path:
+    """The repository root (the folder holding ``pyproject.toml`` above this package)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "src" / "chexpercept").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def stage_output_dir(stage: str, work_dir: str | Path | None = None) -> Path:
+    """Output folder of a stage ("00".."04").
+
+    Args:
+        stage: Two-digit stage number.
+        work_dir: Config ``path.work_dir``; when set, outputs go to ``<work_dir>/NN_<stage>``,
+            otherwise to the release's ``<repo>/src/NN_<stage>/outputs``.
+    """
+    if work_dir:
+        return Path(work_dir) / Path(STAGE_DIRS[stage]).name
+    return repo_root() / STAGE_DIRS[stage] / "outputs"
+
+
+@dataclass(frozen=True)
+class CurationLayout:
+    """Stage 00 artifact paths under ``out`` (default ``src/00_source_data_curation/outputs``)."""
+
+    out: Path
+
+    def segmentation_info(self, kind: str) -> Path:
+        """The three ``*_segmentation_*info.json`` sampling files."""
+        names = {"global": "global_segmentation_info.json",
+                 "basic": "basic_segmentation_info.json",
+                 "negative": "global_segmentation_negative_info.json"}
+        return self.out / names[kind]
+
+    @property
+    def candidate_root(self) -> Path:
+        """Root of candidate (ROSALIA-layout) masks: ``rosalia_pred/``."""
+        return self.out / "rosalia_pred"
+
+    def candidate_mask(self, target: str, pair_id: str) -> Path:
+        """``rosalia_pred/<target>/<pair_id>/pred_mask.png``."""
+        return self.candidate_root / target / pair_id / "pred_mask.png"
+
+    def candidate_text(self, target: str, pair_id: str) -> Path:
+        """``rosalia_pred/<target>/<pair_id>/pred_text.json`` (segmenter's text + instruction)."""
+        return self.candidate_root / target / pair_id / "pred_text.json"
+
+    def candidate_image(self, target: str, pair_id: str) -> Path:
+        """``rosalia_pred/<target>/<pair_id>/pred_img.png``."""
+        return self.candidate_root / target / pair_id / "pred_img.png"
+
+    def review_plot(self, target: str, key_id: str) -> Path:
+        """``rosalia_pred/plots/<target>/<key_id>.png`` (annotator review figure)."""
+        return self.candidate_root / "plots" / target / f"{key_id}.png"
+
+    def candidate_results(self, part: int | None = None) -> Path:
+        """``rosalia_pred/results[_part<p>].json``."""
+        return self.candidate_root / (f"results_part{part}.json" if part is not None
+                                      else "results.json")
+
+    def positive_sheet(self, part: int | None = None) -> Path:
+        """``rosalia_pred/labeling_sheet[_part<p>].csv``."""
+        return self.candidate_root / (f"labeling_sheet_part{part}.csv" if part is not None
+                                      else "labeling_sheet.csv")
+
+    def negative_image(self, lesion: str, key_id: str) -> Path:
+        """``negative/<lesion>/<key_id>.png``."""
+        return self.out / "negative" / lesion / f"{key_id}.png"
+
+    @property
+    def negative_sheet(self) -> Path:
+        """``negative/labeling_sheet.csv``."""
+        return self.out / "negative" / "labeling_sheet.csv"
+
+    def annotator_dir(self, annotator: str, task: str) -> Path:
+        """``distribute/annotator_<X>/<positive|negative>/``."""
+        return self.out / "distribute" / f"annotator_{annotator}" / task
+
+    @property
+    def sampling_summary(self) -> Path:
+        """``sampling_summary.json``: Stage 00.00 counts, dropped pairs and the inputs hash."""
+        return self.out / "sampling_summary.json"
+
+    def candidate_summary(self, part: int | None = None) -> Path:
+        """``rosalia_pred/summary[_part<p>].json``: Stage 00.01 processed/skipped/failed items."""
+        return self.candidate_root / (f"summary_part{part}.json" if part is not None
+                                      else "summary.json")
+
+    @property
+    def negative_summary(self) -> Path:
+        """``negative/summary.json``: Stage 00.03 counts and shortfalls."""
+        return self.out / "negative" / "summary.json"
+
+
+@dataclass(frozen=True)
+class DeformationLayout:
+    """Stage 01 artifact paths under ``out`` (default ``src/01_mask_deformation/outputs``)."""
+
+    out: Path
+
+    @property
+    def chexmask_dir(self) -> Path:
+        """``chexmasku_pred/`` (``<dicom>/{right_lung,left_lung,heart}.png``)."""
+        return self.out / "chexmasku_pred"
+
+    @property
+    def cxas_dir(self) -> Path:
+        """``cxas_pred/`` (``<dicom>/<class name>.png``)."""
+        return self.out / "cxas_pred"
+
+    @property
+    def deformed_masks_root(self) -> Path:
+        """``deformed_masks/`` (holds one ``<key_id>/`` folder per case)."""
+        return self.out / "deformed_masks"
+
+    def deformed_mask_dir(self, key_id: str) -> Path:
+        """``deformed_masks/<key_id>/``."""
+        return self.deformed_masks_root / key_id
+
+    def deformed_mask(self, key_id: str, stem: str) -> Path:
+        """``deformed_masks/<key_id>/<stem>.png``."""
+        return self.deformed_mask_dir(key_id) / f"{stem}.png"
+
+    @property
+    def results_json(self) -> Path:
+        """``deformation_results/deformation_results.json``."""
+        return self.out / "deformation_results" / "deformation_results.json"
+
+    @property
+    def summary_json(self) -> Path:
+        """``deformation_results/summary.json`` (counts and failed cases with reasons)."""
+        return self.out / "deformation_results" / "summary.json"
+
+    @property
+    def anatomy_summary_json(self) -> Path:
+        """``anatomy_summary.json`` (01.00: backends, counts and failed dicoms with reasons)."""
+        return self.out / "anatomy_summary.json"
+
+    def item_json(self, key_id: str) -> Path:
+        """``deformation_results/items/<key_id>.json``, written when a case finishes (resume)."""
+        return self.out / "deformation_results" / "items" / f"{key_id}.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        """``logs/``."""
+        return self.out / "logs"
+
+
+def anatomy_mask_path(anatomy_dir: str | Path, dicom_id: str, name: str) -> Path:
+    """``<anatomy_dir>/<dicom_id>/<name>.png`` (CheXmask-U and CXAS output layouts)."""
+    return Path(anatomy_dir) / dicom_id / f"{name}.png"
+
+
+@dataclass(frozen=True)
+class QALayout:
+    """Stage 02 artifact paths under ``out`` (default ``src/02_qa_generation/outputs``)."""
+
+    out: Path
+
+    @property
+    def qa_results_json(self) -> Path:
+        """``qa_results/qa_results.json`` (all generated cases, release schema)."""
+        return self.out / "qa_results" / "qa_results.json"
+
+    @property
+    def qa_labeling_csv(self) -> Path:
+        """``qa_results/qa_labeling.csv``."""
+        return self.out / "qa_results" / "qa_labeling.csv"
+
+    @property
+    def bundle_dir(self) -> Path:
+        """``chexpercept/`` (per-key_id image folders)."""
+        return self.out / "chexpercept"
+
+    @property
+    def summary_json(self) -> Path:
+        """``qa_results/summary.json`` (counts and cases that could not be built, with reasons)."""
+        return self.out / "qa_results" / "summary.json"
+
+    @property
+    def review_dir(self) -> Path:
+        """``qa_results/qa_visualizations/`` (the review figures ``qa_labeling.csv`` names)."""
+        return self.out / "qa_results" / "qa_visualizations"
+
+    def item_json(self, key_id: str) -> Path:
+        """Per-case result (resume): ``qa_results/items/<key_id>.json``."""
+        return self.out / "qa_results" / "items" / f"{key_id}.json"
+
+    def case_dir(self, key_id: str) -> Path:
+        """``chexpercept/<key_id>/`` (the case's image folder; docs/benchmark_format.md)."""
+        return self.bundle_dir / key_id
+
+
+#: Relative paths inside ``<bundle>/<key_id>/`` (docs/benchmark_format.md, "Image bundle").
+DETECTION_IMAGE = "detection_qa/xray.png"
+CONTOUR_QA_DIR = "contour_qa"
+CONTOUR_EVAL_RELPATH = "contour_eval_qa/xray_with_mask.png"  # relative to contour_qa/
+REVISION_DIR = "contour_qa/contour_revision_qa"
+POINTS_IMAGE = "xray_with_mask_and_points.png"  # relative to REVISION_DIR
+
+
+def option_image_name(index: int) -> str:
+    """Our revision-option image name: ``option_<i>.png`` (1-based; does not reveal the answer).
+
+    The release's ``option_<i>_mask_{answer|fake}.png`` names leak the answer; readers use each
+    option's ``relative_path``, so both spellings are read.
+    """
+    return f"option_{index}.png"
+
+
+@dataclass(frozen=True)
+class BenchmarkLayout:
+    """The exported/released benchmark: ``<root>/chexpercept.json`` + ``<root>/chexpercept/``."""
+
+    root: Path
+
+    @property
+    def json_path(self) -> Path:
+        """``chexpercept.json``."""
+        return self.root / "chexpercept.json"
+
+    @property
+    def images_dir(self) -> Path:
+        """``chexpercept/``."""
+        return self.root / "chexpercept"
+
+    @property
+    def sampling_summary_json(self) -> Path:
+        """``sampling_summary.json`` (cases available/selected per lesion and path, shortfalls)."""
+        return self.root / "sampling_summary.json"
+
+    @property
+    def stats_csv(self) -> Path:
+        """``stats.csv`` (cases, CXRs and QA items per lesion, path and stage)."""
+        return self.root / "stats.csv"
+
+    def case_dir(self, key_id: str) -> Path:
+        """``chexpercept/<key_id>/``."""
+        return self.images_dir / key_id
+
+    def detection_image(self, key_id: str) -> Path:
+        """``chexpercept/<key_id>/detection_qa/xray.png``."""
+        return self.case_dir(key_id) / DETECTION_IMAGE
+
+    def contour_eval_image(self, key_id: str, relative_path: str = CONTOUR_EVAL_RELPATH) -> Path:
+        """``chexpercept/<key_id>/contour_qa/<relative_path>``."""
+        return self.case_dir(key_id) / CONTOUR_QA_DIR / relative_path
+
+    def points_image(self, key_id: str) -> Path:
+        """``chexpercept/<key_id>/contour_qa/contour_revision_qa/xray_with_mask_and_points.png``."""
+        return self.case_dir(key_id) / REVISION_DIR / POINTS_IMAGE
+
+    def option_image(self, key_id: str, relative_path: str) -> Path:
+        """``chexpercept/<key_id>/contour_qa/contour_revision_qa/<relative_path>``."""
+        return self.case_dir(key_id) / REVISION_DIR / relative_path
+
+
+def eval_run_dir(output_path: str | Path, provider: str, model: str, oracle_setting: str,
+                 *, no_thinking: bool = False) -> Path:
+    """``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` (a Stage 03 run).
+
+    docs/evaluation_protocol.md, "Run folder".
+
+    ``/`` in a model id (HF ids, local paths) is replaced by ``--`` so the run stays one folder.
+    """
+    safe_model = model.strip("/").replace("/", "--")
+    name = f"{provider}_{safe_model}" + (NO_THINKING_SUFFIX if no_thinking else "")
+    return Path(output_path) / name / f"oracle_{oracle_setting}"
+
+
+#: Suffix of a ``--no-thinking`` run's folder name.
+NO_THINKING_SUFFIX = "_no_thinking"
+
+
+def parse_run_name(name: str) -> tuple[str, str, bool]:
+    """``<provider>_<model>[_no_thinking]`` (a folder :func:`eval_run_dir` made) -> its parts.
+
+    Returns:
+        ``(provider, model as in the folder name ("--" for "/"), no_thinking)``.
+    """
+    no_thinking = name.endswith(NO_THINKING_SUFFIX)
+    if no_thinking:
+        name = name[:-len(NO_THINKING_SUFFIX)]
+    provider, _, model = name.partition("_")
+    return provider, model, no_thinking
+
+
+def eval_part_dir(run_dir: str | Path, part: int, total_parts: int) -> Path:
+    """``<run_dir>/part_<part>_of_<total_parts>/``: one shard of a Stage 03 run.
+
+    Each part has its own records, manifest and ``all_results.json``; ``01_merge_parts.py``
+    combines them into ``run_dir``.
+    """
+    return Path(run_dir) / f"part_{part}_of_{total_parts}"
+
+
+def all_results_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/all_results.json``."""
+    return Path(run_dir) / "all_results.json"
+
+
+def records_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/records.jsonl``: one line per finished case/turn (resume log)."""
+    return Path(run_dir) / "records.jsonl"
+
+
+def faults_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/faults.jsonl``: one line per turn that got no answer (a fault, never scored)."""
+    return Path(run_dir) / "faults.jsonl"
+
+
+def run_manifest_path(run_dir: str | Path) -> Path:
+    """``<run_dir>/run_manifest.json``: what a Stage 03 run is (resume refuses a mismatch)."""
+    return Path(run_dir) / "run_manifest.json"
+
+
+#: Stage 04 per-model CSV names (docs/metrics.md, "Output files"), next to ``all_results.json``.
+MODEL_SUMMARY_CSV = "model_performance_summary.csv"
+MODEL_REVISION_CSV = "model_performance_detail_contour_revision.csv"
+MODEL_ATTRIBUTE_CSV = "model_performance_detail_attribute_extraction.csv"
+#: Stage 04 all-models CSV names, in ``all_models_oracle_<setting>/``.
+ALL_SUMMARY_CSV = "all_models_summary.csv"
+ALL_REVISION_CSV = "all_models_contour_revision_detail.csv"
+ALL_ATTRIBUTE_CSV = "all_models_attribute_extraction_detail.csv"
+PLOT_NAMES = ("plot_stage_accuracy.png", "plot_contour_revision_detail.png",
+              "plot_attribute_extraction_detail.png", "plot_depth_heatmap.png")
+
+
+def all_models_dir(out_root: str | Path, oracle_setting: str) -> Path:
+    """``<out_root>/all_models_oracle_<setting>/`` (default out_root: Stage 04's folder)."""
+    return Path(out_root) / f"all_models_oracle_{oracle_setting}"
