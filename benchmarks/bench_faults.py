@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_api_throughput import LOOPBACK, write_bundle
+from bench_api_throughput import LOOPBACK, _count_lines, write_bundle
 
 from chexpercept import io
 from chexpercept.errors import ProviderError
@@ -67,14 +67,6 @@ def _start_server(port: int, latency_s: float, fault_rate: float, seed: int
 def _stop(proc: subprocess.Popen) -> None:
     proc.kill()
     proc.wait(timeout=10)
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return sum(1 for _ in fh)
-    except FileNotFoundError:
-        return 0
 
 
 def _run(bundle_dir: Path, run_dir: Path, base_url: str, concurrency: int,
