@@ -20,7 +20,8 @@ the chance rows; NA with a warning when absent), and writes:
 The ``model`` column is the run folder name ``<provider>_<model>[_no_thinking]``, so equal aliases
 under different providers do not collide. All-models mode (every run) is the default when neither
 ``--provider`` nor ``--model`` is given; with either, only the matching runs are analysed
-(release defect 13 fixed). The summary table is printed.
+(the release ignored both filters: docs/differences.md). The summary table is printed;
+what every file holds is in docs/metrics.md, "Output files".
 
 Example::
 

@@ -27,13 +27,12 @@ from pathlib import Path
 from chexpercept import io
 from chexpercept.analysis import (
     COMPARE_COLUMNS,
-    analyse_run,
-    load_run,
+    analyse_run_file,
+    format_cell,
+    format_comparison,
     paired_comparison,
     run_from_dir,
 )
-from chexpercept.analysis.compare import format_comparison
-from chexpercept.analysis.report import format_cell
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import add_common_args, add_config_arg, non_negative_int, run_main, setup_logging
 
@@ -72,8 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_chexpercept_config(args.config).seed if args.config else 0)
     run_a, run_b = run_from_dir(args.run_a), run_from_dir(args.run_b)
     label_a, label_b = (f"{r.name}.oracle_{r.oracle_setting}" for r in (run_a, run_b))
-    a = analyse_run(run_a, load_run(run_a), n_boot=0, seed=seed)
-    b = analyse_run(run_b, load_run(run_b), n_boot=0, seed=seed)
+    a = analyse_run_file(run_a, n_boot=0, seed=seed)
+    b = analyse_run_file(run_b, n_boot=0, seed=seed)
     rows = paired_comparison(a.table, b.table, n_boot=args.bootstrap, seed=seed,
                              label_a=label_a, label_b=label_b)
     out = Path(args.output_dir) / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"

@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from chexpercept.analysis import expected_stages, score_case, summarize
+from chexpercept.analysis import case_table, expected_stages, run_metrics
+from chexpercept.analysis.case_table import METRIC_INDEX, SUB_KEYS
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.schema import (
     ATTRIBUTE_DETAIL_COLUMNS,
     REVISION_DETAIL_COLUMNS,
     SUMMARY_COLUMNS,
-    CaseResult,
 )
+
+REVS = ("expansion", "contraction", "revision_result")
+
+
+def _table(cases):
+    return case_table("dummy_baseline", {c["key_id"]: c for c in cases})
 
 
 def _score(case):
-    return score_case(CaseResult.model_validate(case))
+    """One case's row of the table, as stage -> flag dicts, depth, missing, sub-questions."""
+    t = _table([case])
+    v, app = t.values[0], t.applicable[0]
+
+    def flags(kind):
+        return {k: bool(v[METRIC_INDEX[f"{kind}:stage{k}"]]) for k in range(1, 5)
+                if app[METRIC_INDEX[f"{kind}:stage{k}"]]}
+
+    sub = {k: bool(v[METRIC_INDEX[f"sub:{k}"]]) for k in SUB_KEYS
+           if app[METRIC_INDEX[f"sub:{k}"]]}
+    return SimpleNamespace(stages=tuple(flags("oracle")), oracle=flags("oracle"), e2e=flags("e2e"),
+                           depth=int(v[METRIC_INDEX["depth"]]),
+                           missing=tuple(k + 1 for k in range(4) if t.missing[0, k]),
+                           revision_detail={k: sub[k] for k in REVS if k in sub} or None)
 
 
 def test_expected_stages_per_path_and_cardiomegaly():
@@ -84,8 +104,9 @@ def test_non_boolean_correct_is_a_schema_error(builders):
         _score(case)
 
 
-def test_unknown_lesion_prefix_is_an_input_error(builders):
-    with pytest.raises(InputError, match="nodule_s1_positive_0"):
+def test_unknown_lesion_prefix_cannot_be_scored(builders):
+    with pytest.raises(SchemaError, match="nodule_s1_positive_0: key_id 'nodule_s1_positive_0': "
+                                          "unknown lesion 'nodule'"):
         _score(builders.make_case("nodule_s1_positive_0", "revision_free"))
 
 
@@ -101,7 +122,7 @@ def test_summary_rows_values_and_empty_buckets(builders):
            attr={"distribution": True, "location": False,
                  "severity/measurement": True, "comparison": True}),          # depth 2
     ]
-    m = summarize([_score(c) for c in cases], "dummy_baseline")
+    m = run_metrics(_table(cases), "dummy_baseline")
     assert [(r["path"], r["setting"]) for r in m.summary] == [
         (p, s) for p in ("revision_required", "revision_free", "lesion_free")
         for s in ("end_to_end", "oracle_passed")]
@@ -133,8 +154,8 @@ def test_summary_rows_values_and_empty_buckets(builders):
 
 
 def test_lesion_free_stage_columns_are_empty_buckets(builders):
-    m = summarize([_score(builders.make_case("edema_s1_negative_0", "lesion_free", s1=False))],
-                  "x")
+    m = run_metrics(_table([builders.make_case("edema_s1_negative_0", "lesion_free", s1=False)]),
+                    "x")
     lf_e2e = m.summary[4]
     assert lf_e2e["acc(stage1)"] == 0.0 and lf_e2e["depth"] == 0.0
     assert all(math.isnan(lf_e2e[f"acc(stage{k})"]) for k in (2, 3, 4))

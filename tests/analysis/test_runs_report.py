@@ -8,10 +8,10 @@ import pytest
 
 from chexpercept import io
 from chexpercept.analysis import (
+    analyse_run_file,
     discover_runs,
     format_summary_table,
-    load_run,
-    score_run,
+    read_case_table,
     write_all_models_csvs,
     write_model_csvs,
     write_plots,
@@ -63,12 +63,12 @@ def test_invalid_all_results_names_file_and_key_id(tmp_path, builders):
     (run_dir / "all_results.json").write_text(json.dumps(data))
     (run,) = discover_runs(tmp_path, "implicit")
     with pytest.raises(SchemaError) as exc:
-        load_run(run)
+        read_case_table(run.all_results, run.name)
     assert "all_results.json" in str(exc.value) and "effusion_s1_positive_1" in str(exc.value)
 
     (run_dir / "all_results.json").write_text("{not json")
     with pytest.raises(SchemaError, match=r"all_results\.json: not valid JSON"):
-        load_run(run)
+        read_case_table(run.all_results, run.name)
 
 
 def test_unscorable_case_names_file_and_key_id(tmp_path, builders):
@@ -76,20 +76,21 @@ def test_unscorable_case_names_file_and_key_id(tmp_path, builders):
                        [builders.make_case("nodule_s1_positive_0", "revision_free")])
     (run,) = discover_runs(tmp_path, "implicit")
     with pytest.raises(SchemaError) as exc:
-        score_run(run, load_run(run))
+        analyse_run_file(run, n_boot=0, seed=0)
     assert "all_results.json" in str(exc.value) and "nodule_s1_positive_0" in str(exc.value)
 
 
 def test_limit_keeps_first_cases_in_file_order(tmp_path, builders):
     builders.write_run(tmp_path, "dummy_baseline", _cases(builders.make_case))
     (run,) = discover_runs(tmp_path, "implicit")
-    assert list(load_run(run, limit=2)) == ["effusion_s1_positive_0", "effusion_s1_positive_1"]
+    table, _ = read_case_table(run.all_results, run.name, limit=2)
+    assert table.key_ids == ("effusion_s1_positive_0", "effusion_s1_positive_1")
 
 
 def test_model_csvs_exact_text_and_empty_cells(tmp_path, builders):
     run_dir = builders.write_run(tmp_path, "dummy_baseline", _cases(builders.make_case))
     (run,) = discover_runs(tmp_path, "implicit")
-    _, metrics = score_run(run, load_run(run))
+    metrics = analyse_run_file(run, n_boot=0, seed=0).metrics
     paths = write_model_csvs(metrics, run.run_dir)
     assert [p.name for p in paths] == [io.MODEL_SUMMARY_CSV, io.MODEL_REVISION_CSV,
                                        io.MODEL_ATTRIBUTE_CSV]
@@ -116,7 +117,7 @@ def test_model_csvs_exact_text_and_empty_cells(tmp_path, builders):
 def _analyse(results_dir, out_dir):
     all_metrics = []
     for run in discover_runs(results_dir, "implicit"):
-        _, m = score_run(run, load_run(run))
+        m = analyse_run_file(run, n_boot=0, seed=0).metrics
         write_model_csvs(m, run.run_dir)
         all_metrics.append(m)
     return all_metrics, write_all_models_csvs(all_metrics, out_dir)
@@ -131,7 +132,8 @@ def test_all_models_csvs_concatenate_and_are_byte_identical_on_rerun(tmp_path, b
     first = {p: p.read_bytes() for p in paths}
     summary = paths[0].read_text().splitlines()
     assert len(summary) == 1 + 12
-    # model column = run folder name: same alias under two providers stays apart (defect 31)
+    # model column = run folder name: same alias under two providers stays apart
+    # (docs/differences.md D43)
     assert [line.split(",")[1] for line in summary[1:]] == ["azure_gpt-5.4"] * 6 + [
         "openai_gpt-5.4"] * 6
     _analyse(results, out)

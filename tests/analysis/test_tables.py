@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from chexpercept.analysis import case_table, cell_stats, chance_table, score_case
+from chexpercept.analysis import case_table, cell_stats, chance_table, strata_weights
 from chexpercept.analysis.extended import (
     RunAnalysis,
     analyse_chance,
@@ -17,15 +17,12 @@ from chexpercept.analysis.extended import (
     subquestion_rows,
 )
 from chexpercept.analysis.runs import RunRef
-from chexpercept.analysis.tables import strata_weights
 from chexpercept.errors import SchemaError
-from chexpercept.schema import BenchmarkItem, CaseResult
+from chexpercept.schema import BenchmarkItem
 
 
 def _analysis(cases, name="dummy_baseline", n_boot=0, seed=0):
-    results = {c["key_id"]: CaseResult.model_validate(c) for c in cases}
-    scores = [score_case(r) for r in results.values()]
-    table = case_table(name, scores, results)
+    table = case_table(name, {c["key_id"]: c for c in cases})
     run = RunRef(name=name, provider=name.split("_")[0], model=name.split("_", 1)[1],
                  oracle_setting="implicit", run_dir=None)
     return RunAnalysis(run, None, table, cell_stats(table, n_boot=n_boot, seed=seed))

@@ -1,8 +1,9 @@
 """Stage 04: paired comparison of two runs on the same cases (bootstrap difference + McNemar).
 
-Both runs' :class:`~chexpercept.analysis.tables.CaseTable` rows are aligned by key_id; the
-difference ``B - A`` of every cell mean gets a paired 95% bootstrap interval (the same
-stratified resamples for both runs, :func:`tables.strata_weights`), and every binary metric
+Both runs' :class:`~chexpercept.analysis.case_table.CaseTable` rows are aligned by key_id;
+the difference ``B - A`` of every cell mean gets a paired 95% bootstrap interval (the same
+stratified resamples for both runs, :func:`bootstrap.strata_weights`; docs/metrics.md,
+"Bootstrap"), and every binary metric
 McNemar's test on the discordant cases (exact two-sided binomial test below
 :data:`EXACT_BELOW` discordant cases, else the continuity-corrected chi-square; McNemar 1947,
 Edwards 1948).
@@ -17,18 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from chexpercept.analysis.tables import (
+from chexpercept.analysis.bootstrap import (
     GROUP_INDEX,
-    METRIC_INDEX,
-    METRICS,
-    CaseTable,
     bootstrap_means,
     group_matrix,
     masked_values,
     percentile_ci,
     strata_weights,
-    structural,
 )
+from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, CaseTable, structural
 from chexpercept.errors import InputError
 from chexpercept.lesions import LESIONS, QA_PATHS
 
@@ -97,6 +95,12 @@ class PairedRow:
 
 def check_same_cases(a: CaseTable, b: CaseTable, label_a: str, label_b: str) -> None:
     """Refuse two runs whose key_id sets (or a case's qa_path) differ.
+
+    Args:
+        a: Run A's table.
+        b: Run B's table.
+        label_a: Run A's name for messages.
+        label_b: Run B's name for messages.
 
     Raises:
         InputError: Naming both runs, how many key_ids only each has (with examples) and the
@@ -186,7 +190,16 @@ def paired_comparison(a: CaseTable, b: CaseTable, *, n_boot: int, seed: int,
 
 
 def format_comparison(rows: Sequence[PairedRow], label_a: str, label_b: str) -> str:
-    """Plain-text table of the pooled rows (lesion ``all``): difference, interval, p-value."""
+    """Plain-text table of the pooled rows (lesion ``all``): difference, interval, p-value.
+
+    Args:
+        rows: :func:`paired_comparison` rows.
+        label_a: Run A's name (title).
+        label_b: Run B's name (title).
+
+    Returns:
+        The table text (percentage points), without a trailing newline.
+    """
     lines = [f"B - A, A = {label_a}, B = {label_b} (percentage points; 95% paired bootstrap "
              f"interval; McNemar p)"]
     header = f"{'path':<18} {'metric':<28} {'n':>5} {'A %':>6} {'B %':>6} {'B-A':>6} " \

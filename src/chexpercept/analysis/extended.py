@@ -1,17 +1,23 @@
-"""Stage 04: the tables beyond the release (CIs, per lesion, sub-questions, statuses, funnel).
+"""Stage 04: a run's analysis, and the tables beyond the release (CIs, lesions, statuses, ...).
 
-Written next to the release CSVs (never changing them): in ``all_models_oracle_<setting>/``
-in all-models mode, in the run's ``oracle_<setting>/`` folder in single-model mode. Every
-table is long format, carries the number of cases behind each cell (``n_cases``), 95%
-bootstrap bounds (``ci_low``/``ci_high``, :mod:`chexpercept.analysis.tables`) and a
-``chance`` row group (uniform guessing, ``model = chance``), except ``stage_status.csv``
-(answer statuses and missing stages, not accuracies). Values are fractions in [0, 1] (depth
-in stages); an empty cell (no cases) is an empty field.
+:func:`analyse_run_file` turns one ``all_results.json`` into a :class:`RunAnalysis`: its case
+table (:mod:`~chexpercept.analysis.case_table`), release tables
+(:mod:`~chexpercept.analysis.release_tables`) and cell statistics
+(:mod:`~chexpercept.analysis.bootstrap`); :func:`analyse_chance` does the same for the
+uniform-guess baseline (:mod:`~chexpercept.analysis.chance`).
+
+The new tables (:data:`EXTENDED_CSVS`; docs/metrics.md, "Output files"; docs/differences.md
+D44) are written next to the release CSVs (never changing them): in
+``all_models_oracle_<setting>/`` in all-models mode, in the run's ``oracle_<setting>/`` folder
+in single-model mode. Every table is long format, carries the number of cases behind each
+cell (``n_cases``), 95% bootstrap bounds (``ci_low``/``ci_high``; docs/metrics.md,
+"Bootstrap") and a ``chance`` row group (uniform guessing, ``model = chance``), except
+``stage_status.csv`` (answer statuses and missing stages, not accuracies). Values are
+fractions in [0, 1] (depth in stages); an empty cell (no cases) is an empty field.
 """
 
 from __future__ import annotations
 
-import array
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -19,43 +25,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from chexpercept import io
-from chexpercept.analysis._memory import gc_paused, release_free_memory
-from chexpercept.analysis.metrics import SETTINGS, RunMetrics
-from chexpercept.analysis.report import format_cell
-from chexpercept.analysis.runs import (
-    RunRef,
-    score_run,
-    split_unfinished,
-    validate_results,
-    warn_incomplete,
-)
-from chexpercept.analysis.tables import (
-    CHANCE_QUESTIONS,
-    LESION_GROUPS,
+from chexpercept.analysis.bootstrap import LESION_GROUPS, PATH_GROUPS, CellStats, cell_stats
+from chexpercept.analysis.case_table import (
     MAX_DEPTH,
-    PATH_GROUPS,
+    REVISION_KEYS,
     SUB_KEYS,
     CaseTable,
-    CellStats,
-    case_table,
-    cell_stats,
-    chance_table,
-    question_chance,
-    run_metrics,
+    read_case_table,
     structural,
 )
-from chexpercept.errors import ChexperceptError, SchemaError
+from chexpercept.analysis.chance import CHANCE, chance_table
+from chexpercept.analysis.release_tables import (
+    ATTRIBUTE_DETAIL_PATH,
+    SETTINGS,
+    RunMetrics,
+    format_cell,
+    run_metrics,
+)
+from chexpercept.analysis.runs import RunRef
 from chexpercept.io import write_csv_atomic
 from chexpercept.lesions import QA_PATHS
-from chexpercept.schema import (
-    STATUSES,
-    BenchmarkItem,
-    CaseResult,
-    load_benchmark,
-)
+from chexpercept.schema import STATUSES, BenchmarkItem
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +68,6 @@ FUNNEL_COLUMNS = (*ID_COLUMNS, "lesion", "path", "after_stages", *_CI)
 STATUS_COLUMNS = (*ID_COLUMNS, "stage", "n_cases", "n_missing", "n_questions",
                   *(f"rate({s})" for s in STATUSES))
 
-#: ``model`` value of the uniform-guess rows.
-CHANCE = "chance"
-#: ``path`` label of pooled attribute sub-questions (release detail CSV, spec section 6).
-POOLED_ATTRIBUTE_PATH = "revision_required+revision_free"
 _SETTING_KIND = {"end_to_end": "e2e", "oracle_passed": "oracle"}
 
 
@@ -95,7 +81,7 @@ class RunAnalysis:
         table: Per-case metric matrix.
         cells: Cell means with bootstrap CIs.
         unfinished: Cases Stage 03 left unfinished (a turn got no answer), key_id -> reason:
-            missing, not scored (:func:`runs.split_unfinished`).
+            missing, not scored (:func:`case_table.split_unfinished`).
     """
 
     run: RunRef | None
@@ -110,7 +96,7 @@ class RunAnalysis:
         return self.run.name if self.run is not None else CHANCE
 
     def ids(self) -> dict[str, str]:
-        """The identity columns of this run's rows."""
+        """The identity columns of this run's rows (:data:`ID_COLUMNS` -> text)."""
         if self.run is None:
             return {"model": CHANCE, "provider": "", "model_name": "uniform guess",
                     "variant": ""}
@@ -118,47 +104,37 @@ class RunAnalysis:
                 "model_name": self.run.model_name, "variant": self.run.variant}
 
 
-def analyse_run(run: RunRef, results: Mapping[str, CaseResult], *, n_boot: int,
-                seed: int, unfinished: Mapping[str, str] | None = None) -> RunAnalysis:
-    """Score a run (release tables) and build its case table and cell statistics.
+def warn_incomplete(run: RunRef, table: CaseTable) -> None:
+    """One warning listing (the first five of) the cases that lack an expected stage result.
 
     Args:
-        run: The run.
-        results: Its validated records (:func:`runs.load_run`), read once.
-        n_boot: Bootstrap resamples (0: no CIs).
-        seed: Bootstrap seed.
-        unfinished: The run's unfinished cases (:func:`runs.split_unfinished`), if known.
-
-    Returns:
-        The run's :class:`RunAnalysis`.
-
-    Raises:
-        SchemaError: If a case cannot be scored or a status value is unknown.
+        run: The run (its file is named).
+        table: Its case table (:attr:`~case_table.CaseTable.missing`).
     """
-    scores, metrics = score_run(run, results)
-    try:
-        table = case_table(run.name, scores, results)
-    except SchemaError as exc:  # bad status values: name the file, like every other error
-        raise SchemaError(f"{run.all_results}: {str(exc).removeprefix(run.name + ': ')}"
-                          ) from None
-    return RunAnalysis(run, metrics, table, cell_stats(table, n_boot=n_boot, seed=seed),
-                       dict(unfinished or {}))
+    incomplete = [k for k, m in zip(table.key_ids, table.missing.any(axis=1).tolist(),
+                                    strict=True) if m]
+    if incomplete:
+        logger.warning("%s: %d case(s) lack an expected stage result (counted wrong, not "
+                       "skipped): %s%s", run.all_results, len(incomplete),
+                       ", ".join(incomplete[:5]), " ..." if len(incomplete) > 5 else "")
 
 
 def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None = None,
                      key_pool: dict[str, str] | None = None) -> RunAnalysis:
-    """Read, validate and analyse one run's ``all_results.json`` (read once, then dropped).
+    """Read one run's ``all_results.json`` (once) and derive everything Stage 04 reports.
 
-    Regular files take the columnar fast path (:mod:`chexpercept.analysis._columnar`: only
-    the fields Stage 04 reads, no model per case); a file with any irregularity goes through
-    :func:`runs.validate_results` and :func:`analyse_run`, which raise the errors naming the
-    file and every key_id at fault. Both paths give the same tables and CSVs.
+    The file becomes the run's case table (:func:`case_table.read_case_table`, which
+    validates it); the release tables (:func:`release_tables.run_metrics`) and the cell
+    means with bootstrap intervals (:func:`bootstrap.cell_stats`) are computed from it.
+    Expected stages with no result are counted wrong (docs/differences.md D41) and listed in
+    one warning.
 
     Args:
         run: The run.
         n_boot: Bootstrap resamples (0: no CIs).
         seed: Bootstrap seed.
-        limit: Use only the first ``limit`` cases in file order (``--limit``); None: all.
+        limit: Use only the first ``limit`` finished cases in file order (``--limit``);
+            None: all.
         key_pool: Optional dict shared across runs so equal key_ids are stored once.
 
     Returns:
@@ -166,97 +142,14 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
 
     Raises:
         InputError: If the file is missing.
-        SchemaError: On invalid JSON or schema, an unscorable case or an unknown status.
+        SchemaError: On invalid JSON, or naming the file and every key_id whose record
+            breaks the schema, cannot be scored or has an unknown status.
     """
-    from chexpercept.analysis._columnar import scan_records, table_from_scan
-
-    with gc_paused():  # parsed JSON is acyclic
-        data = io.read_json(run.all_results)
-    unfinished = split_unfinished(run.all_results, data)
-    scan = scan_records(data, limit=limit)
-    if scan is None:
-        logger.debug("%s: irregular records, using the validating path", run.all_results)
-        results = validate_results(run.all_results, data, limit=limit)
-        del data
-        return analyse_run(run, results, n_boot=n_boot, seed=seed, unfinished=unfinished)
-    del data  # before building anything that outlives this call (see _columnar.Scan)
-    table = table_from_scan(run.name, scan, key_pool=key_pool)
-    del scan
-    warn_incomplete(run, [k for k, m in zip(table.key_ids, table.missing.any(axis=1).tolist(),
-                                            strict=True) if m])
-    analysis = RunAnalysis(run, run_metrics(table, run.name), table,
-                           cell_stats(table, n_boot=n_boot, seed=seed), unfinished)
-    release_free_memory()  # the parsed file's and the bootstrap's transient buffers
-    return analysis
-
-
-def load_chance_or_none(benchmark_dir: str | Path | None
-                        ) -> dict[str, dict[str, float]] | None:
-    """Per-question uniform-guess probabilities of ``chexpercept.json``, or None.
-
-    Like :func:`load_benchmark_or_none` (same validation, same warning when the file is
-    missing or invalid) but keeps only :func:`tables.question_chance` of each item, validating
-    item by item and dropping the models, so the benchmark never sits in memory whole.
-
-    Returns:
-        key_id -> question -> probability (for :func:`analyse_chance`), or None.
-    """
-    if benchmark_dir is None:
-        logger.warning("no --benchmark-dir: chance rows are NA")
-        return None
-    path = Path(benchmark_dir) / "chexpercept.json"
-    try:
-        with gc_paused():  # parsed JSON is acyclic
-            data = io.read_json(path)
-    except ChexperceptError as exc:
-        logger.warning("benchmark not available (%s): chance rows are NA",
-                       str(exc).splitlines()[0])
-        return None
-    if isinstance(data, dict):
-        # Keep only floats in one buffer while the parsed file is alive; the per-key dicts are
-        # built after it is dropped (small survivors would pin its allocator arenas).
-        keys: list[str] = []
-        probs = array.array("d")
-        try:
-            for key_id, value in data.items():
-                q = question_chance(BenchmarkItem.model_validate(value))
-                probs.extend(q[name] for name in CHANCE_QUESTIONS)
-                keys.append(key_id)
-                data[key_id] = None  # free the raw item as we go
-        except ValidationError:
-            pass
-        else:
-            joined = "\n".join(keys)
-            if joined.count("\n") == len(keys) - 1:  # no key_id holds the separator
-                del keys, data
-                keys = joined.split("\n")
-            width = len(CHANCE_QUESTIONS)
-            return {k: dict(zip(CHANCE_QUESTIONS, probs[i * width:(i + 1) * width],
-                                strict=True)) for i, k in enumerate(keys)}
-    try:  # invalid: the reference validator words the warning (every problem, file named)
-        load_benchmark(path)
-    except ChexperceptError as exc:
-        logger.warning("benchmark not available (%s): chance rows are NA",
-                       str(exc).splitlines()[0])
-    return None
-
-
-def load_benchmark_or_none(benchmark_dir: str | Path | None) -> dict[str, BenchmarkItem] | None:
-    """``chexpercept.json`` of ``benchmark_dir``, or None (with one warning) if unavailable.
-
-    A missing or invalid benchmark is not an error for Stage 04: only the chance rows need
-    it, and they become NA.
-    """
-    if benchmark_dir is None:
-        logger.warning("no --benchmark-dir: chance rows are NA")
-        return None
-    path = Path(benchmark_dir) / "chexpercept.json"
-    try:
-        return load_benchmark(path)
-    except ChexperceptError as exc:
-        first = str(exc).splitlines()[0]
-        logger.warning("benchmark not available (%s): chance rows are NA", first)
-        return None
+    table, unfinished = read_case_table(run.all_results, run.name, limit=limit,
+                                        key_pool=key_pool)
+    warn_incomplete(run, table)
+    return RunAnalysis(run, run_metrics(table, run.name), table,
+                       cell_stats(table, n_boot=n_boot, seed=seed), unfinished)
 
 
 def analyse_chance(benchmark: Mapping[str, BenchmarkItem | Mapping[str, float]] | None,
@@ -265,11 +158,15 @@ def analyse_chance(benchmark: Mapping[str, BenchmarkItem | Mapping[str, float]] 
 
     Args:
         benchmark: Benchmark items, or their question probabilities
-            (:func:`load_chance_or_none`); None: every chance value NA.
+            (:func:`chance.load_chance_or_none`); None: every chance value NA.
         analyses: The analysed runs (their cases, first occurrence order).
 
     Returns:
-        The chance :class:`RunAnalysis` (no CIs).
+        The chance :class:`RunAnalysis` (no CIs); cases absent from the benchmark are NA,
+        with one warning.
+
+    Raises:
+        InputError: If a key_id has no lesion prefix.
     """
     cases: dict[str, str] = {}
     for a in analyses:
@@ -292,7 +189,12 @@ def _cell(cells: CellStats, lesion: str, path: str, metric: str) -> dict[str, An
 def stage_ci_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """Companion of ``model_performance_summary.csv``: every release cell with CI and n.
 
-    Rows: path x setting x metric (``acc(stage1..4)``, ``depth``), in the release order.
+    Args:
+        a: A run's (or the chance) analysis.
+
+    Returns:
+        Rows keyed by :data:`STAGE_CI_COLUMNS`: path x setting x metric (``acc(stage1..4)``,
+        ``depth``), in the release order.
     """
     rows = []
     for path in QA_PATHS:
@@ -306,7 +208,15 @@ def stage_ci_rows(a: RunAnalysis) -> list[dict[str, Any]]:
 
 
 def lesion_rows(a: RunAnalysis) -> list[dict[str, Any]]:
-    """Accuracy by lesion x path x setting x stage (``all`` pools), plus depth per path."""
+    """Accuracy by lesion x path x setting x stage (``all`` pools), plus depth per path.
+
+    Args:
+        a: A run's (or the chance) analysis.
+
+    Returns:
+        Rows keyed by :data:`LESION_COLUMNS`; cells no benchmark could fill are left out
+        (:func:`case_table.structural`).
+    """
     rows = []
     for lesion in LESION_GROUPS:
         for path in PATH_GROUPS:
@@ -329,13 +239,18 @@ def subquestion_rows(a: RunAnalysis) -> list[dict[str, Any]]:
 
     Revision sub-questions on revision-required cases; attribute sub-questions on RR+RF
     pooled (the release detail tables) and on each of the two paths.
+
+    Args:
+        a: A run's (or the chance) analysis.
+
+    Returns:
+        Rows keyed by :data:`SUBQUESTION_COLUMNS`.
     """
     rows = []
     for lesion in LESION_GROUPS:
         for key in SUB_KEYS:
-            paths = (("revision_required", "revision_required"),) if key in (
-                "expansion", "contraction", "revision_result") else (
-                ("all", POOLED_ATTRIBUTE_PATH), ("revision_required", "revision_required"),
+            paths = (("revision_required", "revision_required"),) if key in REVISION_KEYS else (
+                ("all", ATTRIBUTE_DETAIL_PATH), ("revision_required", "revision_required"),
                 ("revision_free", "revision_free"))
             for group, label in paths:
                 metric = f"sub:{key}"
@@ -350,7 +265,14 @@ def funnel_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """End-to-end funnel: share of a path's cases still correct after K stages.
 
     ``after_stages = K`` is the share with depth >= K (cardiomegaly's bonus level included),
-    K = 1 .. the path's maximum depth; the mean over K sums to the mean depth.
+    K = 1 .. the path's maximum depth; the mean over K sums to the mean depth
+    (docs/metrics.md, "Depth").
+
+    Args:
+        a: A run's (or the chance) analysis.
+
+    Returns:
+        Rows keyed by :data:`FUNNEL_COLUMNS`.
     """
     rows = []
     for lesion in LESION_GROUPS:
@@ -364,9 +286,15 @@ def funnel_rows(a: RunAnalysis) -> list[dict[str, Any]]:
 def status_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     """Per stage: cases expected to reach it, missing results, and answer-status rates.
 
-    ``n_missing`` counts expected stage results that were absent (counted wrong, release
-    defect 12). ``rate(<status>)`` is the share of the stage's answered questions with that
-    status; NA when the results carry no ``status`` keys (release files).
+    ``n_missing`` counts expected stage results that were absent (counted wrong,
+    docs/differences.md D41). ``rate(<status>)`` is the share of the stage's answered
+    questions with that status; NA when the results carry no ``status`` keys (release files).
+
+    Args:
+        a: A run's analysis.
+
+    Returns:
+        Four rows (stages 1-4) keyed by :data:`STATUS_COLUMNS`.
     """
     t = a.table
     rows = []
@@ -391,7 +319,15 @@ _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None
                   ) -> dict[str, list[dict[str, Any]]]:
-    """Rows of every new table: each run in order, then the chance rows (where they apply)."""
+    """Rows of every new table: each run in order, then the chance rows (where they apply).
+
+    Args:
+        analyses: The analysed runs, in run order.
+        chance: The chance baseline, or None (no chance rows).
+
+    Returns:
+        CSV name (:data:`EXTENDED_CSVS`) -> rows (unformatted values).
+    """
     out = {}
     for name, (build, _, with_chance) in _BUILDERS.items():
         rows = [r for a in analyses for r in build(a)]
@@ -428,6 +364,12 @@ def model_colors(names: Sequence[str]) -> dict[str, str]:
     """A fixed colour per model (tab20 in sorted-name order); chance is grey.
 
     The same run gets the same colour in every plot of one analysis.
+
+    Args:
+        names: Run names (``chance`` allowed).
+
+    Returns:
+        Name -> ``#rrggbb`` colour, for every name and ``chance``.
     """
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",

@@ -1,7 +1,8 @@
 """Stage 04: ``report.md`` in ``all_models_oracle_<setting>/``: main tables and plot links.
 
 Accuracies are shown in percent with their 95% bootstrap interval, ``n/a`` for an empty cell;
-the chance row is the uniform-guess baseline. The full tables are the CSVs it links.
+the chance row is the uniform-guess baseline. The full tables are the CSVs it links
+(docs/metrics.md, "Output files").
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
+from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
-from chexpercept.analysis.metrics import SETTINGS
-from chexpercept.analysis.tables import SUB_KEYS
+from chexpercept.analysis.release_tables import SETTINGS
 from chexpercept.lesions import LESIONS, QA_PATHS
 from chexpercept.schema import STATUSES
 
@@ -115,8 +116,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
               "revision-free cases (no attributes for cardiomegaly).", ""]
     body = []
     for a in everyone:
-        body.append([a.name, *(_pct(*a.cells.get("all", "revision_required" if k in (
-            "expansion", "contraction", "revision_result") else "all", f"sub:{k}")[:3])
+        body.append([a.name, *(_pct(*a.cells.get(
+            "all", "revision_required" if k in REVISION_KEYS else "all", f"sub:{k}")[:3])
             for k in SUB_KEYS)])
     lines += _table(["model", *SUB_KEYS], body)
 
@@ -147,7 +148,15 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
 
 
 def write_report(out_dir: str | Path, text: str) -> Path:
-    """Write ``report.md`` atomically into ``out_dir``; return its path."""
+    """Write ``report.md`` atomically into ``out_dir``.
+
+    Args:
+        out_dir: ``io.all_models_dir(output_dir, oracle_setting)``.
+        text: :func:`render_report` of the runs.
+
+    Returns:
+        The path written.
+    """
     path = Path(out_dir) / REPORT_MD
     io.write_text_atomic(path, text)
     return path

@@ -1,14 +1,15 @@
 """Stage 04: the release's four plots (``io.PLOT_NAMES``) and two more, in ``all_models_*/``.
 
-Layout, colours and formats follow original_release_spec.md section 6 "Plots" (dpi 150). An
-empty bucket (NaN) is drawn as "n/a", never as 0 (defect 31). Charts are built on
-``matplotlib.figure.Figure`` with an Agg canvas (no pyplot global state). Text-heavy parts
-are drawn with PIL's FreeType renderer in matplotlib's own DejaVu Sans, because matplotlib
-3.11 lays out and rasterises text glyph by glyph in Python (about 1 ms per string): the
-stage-accuracy table as a whole (:func:`_stage_accuracy`) and the in-axes cell and bar
-labels (:class:`_Label`), stamped onto the rendered raster. PNGs carry no metadata, so
-re-runs are byte-stable; bytes are not guaranteed identical across library versions. Each
-figure's raster is encoded in place and freed before the next figure is built (peak memory).
+Layout, colours and formats follow the original release's plots (dpi 150; docs/metrics.md,
+"Output files"). An empty bucket (NaN) is drawn as "n/a", never as 0 (docs/differences.md
+D43). Charts are built on ``matplotlib.figure.Figure`` with an Agg canvas (no pyplot global
+state). Text-heavy parts are drawn with PIL's FreeType renderer in matplotlib's own DejaVu
+Sans, because matplotlib 3.11 lays out and rasterises text glyph by glyph in Python (about
+1 ms per string): the stage-accuracy table as a whole (:func:`_stage_accuracy`) and the
+in-axes cell and bar labels (:class:`_Label`), stamped onto the rendered raster. PNGs carry
+no metadata, so re-runs are byte-stable; bytes are not guaranteed identical across library
+versions. Each figure's raster is encoded in place and freed before the next figure is built
+(peak memory).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from typing import Any
 
 from chexpercept import io
 from chexpercept.analysis._memory import release_free_memory
+from chexpercept.analysis.case_table import MAX_DEPTH, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
-from chexpercept.analysis.metrics import REVISION_KEYS, RunMetrics
-from chexpercept.analysis.tables import MAX_DEPTH
+from chexpercept.analysis.release_tables import RunMetrics
 from chexpercept.lesions import LESIONS, QA_PATHS
 from chexpercept.schema import ATTRIBUTE_KEYS
 
-#: Resolution of every plot (spec section 6).
+#: Resolution of every plot (the release's).
 DPI = 150
-#: Table colours (spec section 6): E2E rows, oracle rows, header.
+#: Table colours (the release's): E2E rows, oracle rows, header.
 E2E_COLOR = "#D6E4F7"
 ORACLE_COLOR = "#FAD9D9"
 HEADER_COLOR = "#2C3E50"
@@ -231,7 +232,7 @@ def _stage_accuracy(all_metrics: Sequence[RunMetrics], oracle_setting: str, path
     A table is text and flat cells, and matplotlib 3.11 rasterises text glyph by glyph in
     Python (about 1 ms per cell, most of the analysis's plotting time at 14 models), so the
     cells are drawn with PIL's FreeType renderer in the same font, colours and layout rules
-    (spec section 6): about ten times faster and one RGB buffer instead of Agg's RGBA plus
+    (the release's): about ten times faster and one RGB buffer instead of Agg's RGBA plus
     copies.
     """
     from PIL import Image, ImageDraw
