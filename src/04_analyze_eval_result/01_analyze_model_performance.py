@@ -40,20 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
-from chexpercept.analysis import (
-    ORACLE_SETTINGS,
-    analyse_chance,
-    analyse_run_file,
-    discover_runs,
-    format_summary_table,
-    load_chance_or_none,
-    render_report,
-    write_all_models_csvs,
-    write_extended_csvs,
-    write_model_csvs,
-    write_plots,
-    write_report,
-)
+from chexpercept.analysis import ORACLE_SETTINGS
+from chexpercept.analysis.api import analyze
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
@@ -143,69 +131,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.all_models and selected:
         parser.error("--all_models cannot be combined with --provider/--model "
                      "(drop it to analyse only the matching runs)")
-    all_models = not selected
     setting = args.oracle_setting
-    out_dir = io.all_models_dir(args.output_dir, setting)
-    setup_logging(args.log_level, out_dir if all_models else None,
+    setup_logging(args.log_level, None if selected else io.all_models_dir(args.output_dir,
+                                                                          setting),
                   name="01_analyze_model_performance", progress=not args.no_progress)
-    results_dir = _results_dir(args)
-
-    seed = _seed(args)
-    runs = discover_runs(results_dir, setting, provider=args.provider, model=args.model)
-    logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
-                setting, results_dir, args.bootstrap, seed)
-    benchmark = load_chance_or_none(args.benchmark_dir)  # question probabilities only
-    analyses = []
-    written: list[Path] = []
-    key_pool: dict[str, str] = {}  # runs share their key_id strings
-    for run in progress(runs, total=len(runs), desc="runs"):
-        # each file is read once; only the per-case matrix is kept
-        analysis = analyse_run_file(run, n_boot=args.bootstrap, seed=seed, limit=args.limit,
-                                    key_pool=key_pool)
-        written.extend(write_model_csvs(analysis.metrics, run.run_dir))
-        logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
-                    ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),
-                    run.run_dir)
-        if benchmark is not None and args.limit is None and analysis.table.n_cases < len(benchmark):
-            logger.warning("%s has results for %d of the benchmark's %d cases; the other %d are "
-                           "not in any table (unfinished run? re-run Stage 03 to resume it)",
-                           run.name, analysis.table.n_cases, len(benchmark),
-                           len(benchmark) - analysis.table.n_cases)
-        analyses.append(analysis)
-    all_metrics = [a.metrics for a in analyses]
-
-    if all_models:
-        chance = analyse_chance(benchmark, analyses)
-        written.extend(write_all_models_csvs(all_metrics, out_dir))
-        written.extend(write_extended_csvs(analyses, chance, out_dir))
-        plots = write_plots(all_metrics, out_dir, setting, analyses=analyses, chance=chance)
-        written.extend(plots)
-        note = (f"option counts from {args.benchmark_dir}/chexpercept.json" if benchmark
-                is not None else f"NA: no valid chexpercept.json in {args.benchmark_dir}")
-        written.append(write_report(out_dir, render_report(
-            analyses, chance, oracle_setting=setting, n_boot=args.bootstrap, seed=seed,
-            benchmark_note=note, plots=plots)))
-        written.append(io.write_run_meta(
-            out_dir, stage="04",
-            config={"results_dir": str(results_dir), "oracle_setting": setting,
-                    "limit": args.limit, "config": args.config,
-                    "benchmark_dir": str(args.benchmark_dir), "bootstrap": args.bootstrap},
-            seeds={"bootstrap": seed}, repo_root=io.repo_root(),
-            extra={"runs": [str(r.all_results) for r in runs]}))
-    else:
-        for analysis in analyses:
-            chance = analyse_chance(benchmark, [analysis])
-            written.extend(write_extended_csvs([analysis], chance, analysis.run.run_dir))
-
-    print(format_summary_table(all_metrics, setting))
+    result = analyze(_results_dir(args), setting, output_dir=args.output_dir,
+                     benchmark_dir=args.benchmark_dir, provider=args.provider,
+                     model=args.model, bootstrap=args.bootstrap, seed=_seed(args),
+                     limit=args.limit, meta={"config": args.config}, progress=progress)
+    print(result.summary)
     print("\nOutputs:")
-    for path in written:
+    for path in result.written:
         print(f"  {path}")
-    n_cases = sum(sum(m.n_cases.values()) for m in all_metrics)
-    n_missing = sum(m.n_missing for m in all_metrics)
-    logger.info("done: %d run(s), %d case(s), %d missing stage result(s) counted wrong, 0 "
-                "failed; outputs in %s", len(all_metrics), n_cases, n_missing,
-                out_dir if all_models else ", ".join(str(r.run_dir) for r in runs))
     return 0
 
 

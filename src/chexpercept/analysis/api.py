@@ -1,0 +1,145 @@
+"""Stage 04 as a Python API: analyse the Stage 03 runs of a results folder.
+
+``src/04_analyze_eval_result/01_analyze_model_performance.py`` parses its flags and calls
+:func:`analyze`; a notebook can call it directly::
+
+    from chexpercept.analysis.api import analyze
+    result = analyze("outputs/03", "none", output_dir="outputs/04",
+                     benchmark_dir="data/chexpercept")
+    print(result.summary)
+
+What each output holds is in docs/metrics.md, "Output files".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io
+from chexpercept.analysis.chance import load_chance_or_none
+from chexpercept.analysis.extended import (
+    RunAnalysis,
+    analyse_chance,
+    analyse_run_file,
+    write_extended_csvs,
+)
+from chexpercept.analysis.markdown import render_report, write_report
+from chexpercept.analysis.plots import write_plots
+from chexpercept.analysis.release_tables import (
+    format_summary_table,
+    write_all_models_csvs,
+    write_model_csvs,
+)
+from chexpercept.analysis.runs import discover_runs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AnalysisResult:
+    """What :func:`analyze` produced.
+
+    Attributes:
+        analyses: One :class:`RunAnalysis` per run, in run order.
+        written: Every file written, in order.
+        summary: The release's summary table as text (printed by the CLI).
+        out_dir: ``<output_dir>/all_models_oracle_<setting>/`` (all-models mode), else None.
+    """
+
+    analyses: list[RunAnalysis]
+    written: list[Path] = field(default_factory=list)
+    summary: str = ""
+    out_dir: Path | None = None
+
+
+def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | Path,
+            benchmark_dir: str | Path | None, provider: str | None = None,
+            model: str | None = None, bootstrap: int = 1000, seed: int = 0,
+            limit: int | None = None, meta: Mapping[str, Any] | None = None,
+            progress: Callable[..., Iterable[Any]] | None = None) -> AnalysisResult:
+    """Analyse the runs of ``results_dir`` with this oracle setting and write the outputs.
+
+    All-models mode (neither ``provider`` nor ``model``): the per-model CSVs next to each
+    ``all_results.json`` and, in ``<output_dir>/all_models_oracle_<setting>/``, the all-models
+    CSVs, the new tables, the plots, ``report.md`` and ``run_meta.json``. Single-model mode:
+    the per-model CSVs and the new tables in each matching run's folder (docs/metrics.md,
+    "Output files"). Cases Stage 03 left unfinished are missing, never wrong.
+
+    Args:
+        results_dir: Stage 03 output folder holding ``<provider>_<model>/oracle_<setting>/``.
+        oracle_setting: ``none``, ``implicit`` or ``explicit``.
+        output_dir: Folder that receives ``all_models_oracle_<setting>/``.
+        benchmark_dir: Folder with ``chexpercept.json`` (chance rows), or None (NA).
+        provider: Only runs of this provider (single-model mode).
+        model: Only runs of this model, ``<model>[_no_thinking]`` (single-model mode).
+        bootstrap: Resamples of the 95 % intervals (docs/metrics.md, "Bootstrap"); 0: none.
+        seed: Bootstrap seed.
+        limit: Use only the first ``limit`` cases of each run, in file order.
+        meta: Further settings recorded in ``run_meta.json`` (the CLI's ``--config``).
+        progress: Optional wrapper of the loop over runs (``utils.cli.progress``).
+
+    Returns:
+        The analyses, the files written and the summary table.
+
+    Raises:
+        InputError: If ``results_dir`` does not exist or holds no matching run.
+        SchemaError: If an ``all_results.json`` is invalid (names the file and key_ids).
+    """
+    results_dir = Path(results_dir)
+    all_models = provider is None and model is None
+    runs = discover_runs(results_dir, oracle_setting, provider=provider, model=model)
+    logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
+                oracle_setting, results_dir, bootstrap, seed)
+    benchmark = load_chance_or_none(benchmark_dir)  # question probabilities only
+    result = AnalysisResult([])
+    key_pool: dict[str, str] = {}  # runs share their key_id strings
+    for run in (progress(runs, total=len(runs), desc="runs") if progress else runs):
+        # each file is read once; only the per-case matrix is kept
+        analysis = analyse_run_file(run, n_boot=bootstrap, seed=seed, limit=limit,
+                                    key_pool=key_pool)
+        result.written.extend(write_model_csvs(analysis.metrics, run.run_dir))
+        logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
+                    ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),
+                    run.run_dir)
+        if benchmark is not None and limit is None and analysis.table.n_cases < len(benchmark):
+            logger.warning("%s has results for %d of the benchmark's %d cases; the other %d are "
+                           "not in any table (unfinished run? re-run Stage 03 to resume it)",
+                           run.name, analysis.table.n_cases, len(benchmark),
+                           len(benchmark) - analysis.table.n_cases)
+        result.analyses.append(analysis)
+    all_metrics = [a.metrics for a in result.analyses]
+    if all_models:
+        result.out_dir = out_dir = io.all_models_dir(output_dir, oracle_setting)
+        chance = analyse_chance(benchmark, result.analyses)
+        result.written.extend(write_all_models_csvs(all_metrics, out_dir))
+        result.written.extend(write_extended_csvs(result.analyses, chance, out_dir))
+        plots = write_plots(all_metrics, out_dir, oracle_setting, analyses=result.analyses,
+                            chance=chance)
+        result.written.extend(plots)
+        note = (f"option counts from {benchmark_dir}/chexpercept.json" if benchmark
+                is not None else f"NA: no valid chexpercept.json in {benchmark_dir}")
+        result.written.append(write_report(out_dir, render_report(
+            result.analyses, chance, oracle_setting=oracle_setting, n_boot=bootstrap,
+            seed=seed, benchmark_note=note, plots=plots)))
+        result.written.append(io.write_run_meta(
+            out_dir, stage="04",
+            config={"results_dir": str(results_dir), "oracle_setting": oracle_setting,
+                    "limit": limit, **dict(meta or {}), "benchmark_dir": str(benchmark_dir),
+                    "bootstrap": bootstrap},
+            seeds={"bootstrap": seed}, repo_root=io.repo_root(),
+            extra={"runs": [str(r.all_results) for r in runs]}))
+    else:
+        for analysis in result.analyses:
+            chance = analyse_chance(benchmark, [analysis])
+            result.written.extend(write_extended_csvs([analysis], chance, analysis.run.run_dir))
+    result.summary = format_summary_table(all_metrics, oracle_setting)
+    n_cases = sum(sum(m.n_cases.values()) for m in all_metrics)
+    n_missing = sum(m.n_missing for m in all_metrics)
+    logger.info("done: %d run(s), %d case(s), %d missing stage result(s) counted wrong, 0 "
+                "failed; outputs in %s", len(all_metrics), n_cases, n_missing,
+                result.out_dir if all_models else ", ".join(str(r.run_dir) for r in runs))
+    return result
