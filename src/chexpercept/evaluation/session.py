@@ -184,7 +184,6 @@ def _reason_kind(reason: str) -> str:
 NOT_REACHED = "not reached: the run stopped before this case finished"
 
 
-
 def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> dict[str, Any]:
     """The run manifest: identity fields (compared on resume) plus environment (not compared).
 
