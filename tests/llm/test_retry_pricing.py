@@ -177,3 +177,42 @@ def test_invalid_table_is_a_config_error(tmp_path):
                      "    output: 1\n    colour: red\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="colour"):
         pricing.load_pricing(table)
+
+
+class _TopRng:
+    """A jitter source that always draws the top of its range (the longest backoff)."""
+
+    def uniform(self, low, high):
+        return high
+
+
+@pytest.mark.parametrize(("status", "woken"), [(None, True), (503, True), (429, False)])
+def test_a_retry_waiting_out_an_outage_is_woken_when_another_request_succeeds(status, woken):
+    import asyncio
+
+    def classify(exc):
+        return Failure("retryable", "down", status)
+
+    backoff = 1.5  # the other request succeeds after 0.2 s
+    retrier = Retrier(RetryPolicy(max_retries=2, base_delay_s=backoff, max_delay_s=backoff),
+                      classify, "t", rng=_TopRng())
+    tries = {"n": 0}
+
+    async def failing_once():
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise ValueError("down")
+        return "back"
+
+    async def succeeds_soon():
+        await asyncio.sleep(0.2)
+        return "ok"
+
+    async def both():
+        first = asyncio.create_task(retrier.acall(failing_once))
+        await retrier.acall(succeeds_soon)
+        return await first
+
+    assert asyncio.run(both()) == ("back", 2)
+    # an outage's retry goes out once the server answers again; a rate limit keeps its backoff
+    assert retrier.stats.woken == (1 if woken else 0)

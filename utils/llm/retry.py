@@ -37,6 +37,7 @@ into a recorded completion status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import datetime
 import email.utils
@@ -61,6 +62,8 @@ FailureKind = Literal["retryable", "fatal", "request"]
 RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 529})
 #: Largest fraction added to a server's ``Retry-After`` (spreads clients told the same wait).
 RETRY_AFTER_JITTER = 0.1
+#: Most seconds a retry woken by a recovered server waits before it is sent (spreads them).
+RECOVERY_JITTER_S = 0.5
 #: HTTP statuses that stop the run: credentials or a request every case would repeat.
 FATAL_STATUS: frozenset[int] = frozenset({400, 401, 403, 404, 422})
 
@@ -150,13 +153,15 @@ class RetryStats:
         attempts: Every attempt made.
         retries: Attempts after a retryable failure.
         by_status: Retryable failures by HTTP status (``None`` key for timeouts/connection).
-        waited_s: Total backoff sleep in seconds.
+        waited_s: Total backoff sleep in seconds (as planned; a woken retry sleeps less).
+        woken: Retries woken early because another request succeeded during an outage.
     """
 
     attempts: int = 0
     retries: int = 0
     by_status: dict[int | None, int] = field(default_factory=dict)
     waited_s: float = 0.0
+    woken: int = 0
 
 
 class InFlightSlot:
@@ -190,14 +195,23 @@ CURRENT_SLOT: contextvars.ContextVar[InFlightSlot | None] = contextvars.ContextV
     "chexpercept_in_flight_slot", default=None)
 
 
-async def backoff_sleep(delay_s: float) -> None:
-    """Sleep ``delay_s`` seconds, handing the task's in-flight slot back meanwhile."""
-    slot = CURRENT_SLOT.get()
-    if slot is None or not slot.held:
+async def _wait(delay_s: float, wake: asyncio.Event | None) -> None:
+    """Sleep ``delay_s`` seconds, or less when ``wake`` is set first."""
+    if wake is None:
         await asyncio.sleep(delay_s)
         return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), delay_s)
+
+
+async def backoff_sleep(delay_s: float, wake: asyncio.Event | None = None) -> None:
+    """Sleep ``delay_s`` seconds (or until ``wake`` is set), the in-flight slot handed back."""
+    slot = CURRENT_SLOT.get()
+    if slot is None or not slot.held:
+        await _wait(delay_s, wake)
+        return
     slot.release()
-    await asyncio.sleep(delay_s)
+    await _wait(delay_s, wake)
     await slot.acquire()
 
 
@@ -308,9 +322,29 @@ class Retrier:
         self.provider = provider
         self.rng = rng if rng is not None else np.random.default_rng()
         self.stats = RetryStats()
+        self._outage: asyncio.Event | None = None
+        self._outage_loop: asyncio.AbstractEventLoop | None = None
 
-    def _on_failure(self, exc: BaseException, attempt: int, request_id: str) -> float:
-        """Classify; raise for fatal/request/exhausted, else return the delay to sleep."""
+    def _outage_event(self) -> asyncio.Event:
+        """The event set when a request succeeds during an outage (one per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._outage is None or self._outage_loop is not loop:
+            self._outage, self._outage_loop = asyncio.Event(), loop
+        return self._outage
+
+    def _recovered(self) -> None:
+        """A request succeeded: wake the retries waiting out an outage."""
+        if self._outage is not None and self._outage_loop is asyncio.get_running_loop():
+            self._outage.set()
+            self._outage = None
+
+    def _on_failure(self, exc: BaseException, attempt: int, request_id: str
+                    ) -> tuple[float, bool]:
+        """Classify; raise for fatal/request/exhausted, else ``(delay, outage)``.
+
+        ``outage`` tells whether the failure looks like the server being down (connection,
+        timeout, 5xx, malformed response) rather than a rate limit.
+        """
         failure = self.classify(exc)
         if failure is None:
             raise exc
@@ -332,12 +366,13 @@ class Retrier:
                 f"attempt(s): {failure.message}. A fault is not an answer: nothing was "
                 f"recorded for this turn (--max-retries sets the attempts).",
                 failure, attempt) from None
+        down = failure.status_code is None or failure.status_code >= 500
         delay = backoff_delay(self.policy, attempt - 1, failure.retry_after_s, self.rng)
         logger.debug("%s: %s attempt %d failed (%s); retrying in %.2f s", self.provider,
                      request_id, attempt, failure.message, delay)
         self.stats.retries += 1
         self.stats.waited_s += delay
-        return delay
+        return delay, down
 
     def call(self, fn: Callable[[], T], *, request_id: str = "",
              sleep: Callable[[float], None] = time.sleep) -> tuple[T, int]:
@@ -358,19 +393,36 @@ class Retrier:
             try:
                 return fn(), attempt
             except Exception as exc:  # noqa: BLE001 - classified, unknown ones re-raised
-                delay = self._on_failure(exc, attempt, request_id)
+                delay, _ = self._on_failure(exc, attempt, request_id)
             sleep(delay)
 
     async def acall(self, fn: Callable[[], Awaitable[T]], *, request_id: str = "",
                     sleep: Callable[[float], Awaitable[None]] = backoff_sleep
                     ) -> tuple[T, int]:
-        """Async :meth:`call`: awaits ``fn()``; backoff sleeps free the in-flight slot."""
+        """Async :meth:`call`: awaits ``fn()``; backoff sleeps free the in-flight slot.
+
+        A retry waiting out what looks like an outage (a connection failure, a timeout, a 5xx
+        or a malformed response; not a rate limit) is woken as soon as another request of
+        this provider succeeds, plus up to :data:`RECOVERY_JITTER_S` so the woken retries do
+        not arrive at once: the backoff of a long outage would otherwise keep cases waiting
+        for tens of seconds after the server is back (benchmarks/bench_faults.py).
+        """
         attempt = 0
         while True:
             attempt += 1
             self.stats.attempts += 1
             try:
-                return await fn(), attempt
+                result = await fn()
             except Exception as exc:  # noqa: BLE001 - classified, unknown ones re-raised
-                delay = self._on_failure(exc, attempt, request_id)
-            await sleep(delay)
+                delay, down = self._on_failure(exc, attempt, request_id)
+            else:
+                self._recovered()
+                return result, attempt
+            if sleep is backoff_sleep and down:
+                event = self._outage_event()
+                await backoff_sleep(delay, wake=event)
+                if event.is_set():  # woken early: spread the retries a little
+                    self.stats.woken += 1
+                    await backoff_sleep(float(self.rng.uniform(0.0, RECOVERY_JITTER_S)))
+            else:
+                await sleep(delay)
