@@ -1,5 +1,9 @@
 """Shared CLI plumbing: common flags, logging set-up, progress bars and exit codes.
 
+A stage script parses its flags here and hands the library step two callbacks made here:
+:func:`log_dir_hook` (``on_log_dir``: start the log file in the folder the step names) and
+:func:`progress_hook` (``progress``: one tqdm bar per item loop).
+
 Exit codes (STYLE.md): 0 success, 2 usage/config/input error (one line, no traceback),
 1 unexpected failure (traceback kept).
 """
@@ -14,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from utils.errors import ChexperceptError
 
@@ -62,6 +66,31 @@ def _seconds(text: str, *, allow_zero: bool) -> float:
     return value
 
 
+def add_aliased_arg(parser: argparse.ArgumentParser, dest: str, **kwargs: Any) -> argparse.Action:
+    """Add ``--kebab-case`` with its release spelling ``--snake_case`` as an alias.
+
+    Args:
+        parser: The script's parser.
+        dest: The release's underscore name, e.g. ``output_dir`` (gives ``--output-dir`` and
+            ``--output_dir``, stored in ``args.output_dir``).
+        **kwargs: Passed to ``add_argument`` (``type``, ``default``, ``help``, ...).
+
+    Returns:
+        The argparse action.
+    """
+    return parser.add_argument(f"--{dest.replace('_', '-')}", f"--{dest}", dest=dest, **kwargs)
+
+
+def add_output_dir_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Add ``--output-dir`` / ``--output_dir`` (default None: the stage's own folder).
+
+    Args:
+        parser: The script's parser.
+        help_text: The flag's help, naming the default folder.
+    """
+    add_aliased_arg(parser, "output_dir", default=None, help=help_text)
+
+
 def add_config_arg(parser: argparse.ArgumentParser, default: str | None) -> None:
     """Add ``--config`` (path to the YAML config)."""
     parser.add_argument(
@@ -87,25 +116,23 @@ def add_common_args(
         seed: Add ``--seed`` (overrides the config's ``seed``).
     """
     if workers is not None:
-        parser.add_argument(
-            "--num-workers", "--num_workers", dest="num_workers", type=int, default=workers,
-            help=f"Worker processes (default: {workers}).",
-        )
+        add_aliased_arg(parser, "num_workers", type=int, default=workers,
+                        help=f"Worker processes (default: {workers}).")
     if parts:
         parser.add_argument("--part", type=int, default=None,
                             help="Shard index in [0, total-parts) (default: no sharding).")
-        parser.add_argument("--total-parts", "--total_parts", dest="total_parts", type=int,
-                            default=1, help="Number of shards (default: 1).")
+        add_aliased_arg(parser, "total_parts", type=int, default=1,
+                        help="Number of shards (default: 1).")
     if seed:
         parser.add_argument("--seed", type=int, default=None,
                             help="Override the config's seed (default: the config's value).")
-    parser.add_argument(
-        "--log-level", "--log_level", dest="log_level", type=str.upper, choices=LOG_LEVELS,
+    add_aliased_arg(
+        parser, "log_level", type=str.upper, choices=LOG_LEVELS,
         default=os.environ.get("CHEXPERCEPT_LOG_LEVEL", "INFO").upper(),
         help="Logging level (default: $CHEXPERCEPT_LOG_LEVEL or INFO; choices: %(choices)s).",
     )
-    parser.add_argument("--no-progress", "--no_progress", dest="no_progress",
-                        action="store_true", help="Disable progress bars (default: off).")
+    add_aliased_arg(parser, "no_progress", action="store_true",
+                    help="Disable progress bars (default: off).")
 
 
 class _TqdmHandler(logging.StreamHandler):
@@ -171,6 +198,35 @@ def setup_logging(
         fh.setFormatter(fmt)
         root.addHandler(fh)
     return log_path
+
+
+def start_logging(args: argparse.Namespace, log_dir: str | Path | None = None, *,
+                  name: str = "run") -> Path | None:
+    """:func:`setup_logging` from the ``--log-level`` / ``--no-progress`` flags.
+
+    Args:
+        args: Parsed flags of a parser given :func:`add_common_args`.
+        log_dir: Folder of the log file; None for console only.
+        name: Log file prefix (usually the script name).
+
+    Returns:
+        The log file path, or None.
+    """
+    return setup_logging(args.log_level, log_dir, name=name, progress=not args.no_progress)
+
+
+def log_dir_hook(args: argparse.Namespace, name: str) -> Callable[[Path], Path | None]:
+    """An ``on_log_dir`` callback for a library step: :func:`start_logging` into that folder.
+
+    The step calls it once it knows its output folder and before any work, so the log file
+    lands beside the stage's outputs.
+    """
+    return lambda log_dir: start_logging(args, log_dir, name=name)
+
+
+def progress_hook(desc: str) -> Callable[[Iterable[T], int], Iterator[T]]:
+    """A library step's ``progress(iterable, total)`` wrapper: one :func:`progress` bar."""
+    return lambda iterable, total: progress(iterable, total=total, desc=desc)
 
 
 def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "") -> Iterator[T]:

@@ -17,12 +17,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from chexpercept import io
-from chexpercept.curation.sheets import merge_parts
-from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+from chexpercept.curation import merge_candidate_parts
+from utils.cli import add_aliased_arg, add_common_args, add_config_arg, run_main, start_logging
 
 logger = logging.getLogger("02_prepare_positive_annotation")
 
@@ -34,13 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arg(parser, None)
-    parser.add_argument(
-        "--base-out", "--base_out", dest="base_out", default=None,
+    add_aliased_arg(
+        parser, "base_out", default=None,
         help=f"The rosalia_pred folder (default: rosalia_pred under the Stage 00 output of "
              f"--config's path.work_dir, else {DEFAULT_BASE_OUT}).")
-    parser.add_argument(
-        "--total-parts", "--total_parts", dest="total_parts", type=int, default=4,
-        help="Number of parts to merge (default: 4, as the release).")
+    add_aliased_arg(parser, "total_parts", type=int, default=4,
+                    help="Number of parts to merge (default: 4, as the release).")
     parser.add_argument(
         "--force", action="store_true",
         help="Merge even if the unsharded outputs are newer than the parts (default: off).")
@@ -52,19 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Merge the part files (or explain why nothing was written)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.base_out:
-        base_out = Path(args.base_out)
-    elif args.config:
-        cfg = load_chexpercept_config(args.config)
-        base_out = io.CurationLayout(io.stage_output_dir("00", cfg.path.work_dir)).candidate_root
-    else:
-        base_out = DEFAULT_BASE_OUT
     if args.total_parts < 1:
         parser.error(f"--total-parts must be >= 1, got {args.total_parts}")
-    setup_logging(args.log_level, None, name="02_prepare_positive_annotation",
-                  progress=not args.no_progress)
-    outcome = merge_parts(base_out, args.total_parts, force=args.force)
-    logger.info("%s (%s)", outcome.message, base_out)
+    start_logging(args, name="02_prepare_positive_annotation")
+    outcome = merge_candidate_parts(args.base_out, config_path=args.config,
+                                    total_parts=args.total_parts, force=args.force)
+    logger.info("%s", outcome.line())
     return 0
 
 

@@ -26,35 +26,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept.io import (
-    CurationLayout,
-    DeformationLayout,
-    QALayout,
-    repo_root,
-    stage_output_dir,
-    write_run_meta,
-)
-from chexpercept.qa import QAInputs, generate_qa
+from chexpercept.qa import DEFAULT_NUM_WORKERS, generate_qa_from_config
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
+    add_aliased_arg,
     add_allow_failures_arg,
     add_common_args,
     add_config_arg,
     failures_exit_code,
-    progress,
+    log_dir_hook,
+    progress_hook,
     run_main,
-    setup_logging,
 )
 
 logger = logging.getLogger("02_generate_qa")
-
-DEFAULT_WORKERS = 16
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI (release flags plus ``--chexmask-dir`` / ``--cxas-dir``)."""
@@ -88,16 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="Stage 02 output folder (default: path.work_dir/02_qa_generation, "
                              "else src/02_qa_generation/outputs).")
-    parser.add_argument("--with-sequential-qa", "--with_sequential_qa", dest="with_sequential_qa",
-                        action="store_true",
-                        help="Release flag for revision_sequential_qa; NOT supported here (the "
-                             "benchmark does not use it); passing it exits with code 2 "
-                             "(default: off).")
+    add_aliased_arg(parser, "with_sequential_qa", action="store_true",
+                    help="Release flag for revision_sequential_qa; NOT supported here (the "
+                         "benchmark does not use it); passing it exits with code 2 "
+                         "(default: off).")
     parser.add_argument("--no-review-figures", action="store_true",
                         help="Do not draw the review figures that qa_labeling.csv names "
                              "(qa_results/qa_visualizations/<plot_name>; default: drawn).")
     add_allow_failures_arg(parser)
-    add_common_args(parser, workers=DEFAULT_WORKERS)
+    add_common_args(parser, workers=DEFAULT_NUM_WORKERS)
     return parser
 
 
@@ -110,50 +98,20 @@ def main(argv: Sequence[str] | None = None) -> int:
               "unused by the benchmark; run without it", file=sys.stderr)
         return 2
     cfg = load_chexpercept_config(args.config)
-    work_dir = cfg.path.work_dir
-    out00 = CurationLayout(stage_output_dir("00", work_dir))
-    out01 = DeformationLayout(stage_output_dir("01", work_dir))
-    output_dir = args.output_dir or stage_output_dir("02", work_dir)
-    inputs = QAInputs(
-        deformation_results_json=args.deformation_results_json or out01.results_json,
-        positive_labeling_sheet=args.positive_labeling_sheet or out00.positive_sheet(),
-        negative_labeling_sheet=args.negative_labeling_sheet or out00.negative_sheet,
+    report = generate_qa_from_config(
+        cfg, deformation_results_json=args.deformation_results_json,
+        positive_labeling_sheet=args.positive_labeling_sheet,
+        negative_labeling_sheet=args.negative_labeling_sheet,
         positive_annotation_csv=args.positive_annotation_csv,
         negative_annotation_csv=args.negative_annotation_csv,
-        deformed_mask_dir=args.deformed_mask_dir or out01.deformed_masks_root,
-        chexmask_dir=args.chexmask_dir or Path(cfg.path.chexmask_path or out01.chexmask_dir),
-        cxas_dir=args.cxas_dir or Path(cfg.path.cxas_mask_path or out01.cxas_dir),
-        cxr_dir=Path(cfg.path.mimic_cxr_path),
-        output_dir=Path(output_dir),
-    )
-    setup_logging(args.log_level, Path(output_dir) / "logs", name="00_generate_qa",
-                  progress=not args.no_progress)
-    workers = max(1, min(args.num_workers, os.cpu_count() or 1))
-    report = generate_qa(
-        inputs, seed=cfg.seed, ratios=cfg.qa_generation.no_deformation_ratio,
-        num_workers=workers, review_figures=not args.no_review_figures,
-        progress=lambda it, total: progress(it, total=total, desc="cases"))
-    write_run_meta(output_dir, stage="02_generate_qa", config=cfg, seeds={"seed": cfg.seed},
-                   repo_root=repo_root(), extra={"num_workers": workers})
-    layout: QALayout = report.layout
-    c = report.counts
-    logger.info("done: %d built, %d skipped (already done), %d failed, %d excluded (accepted but "
-                "no usable deformation); %d cases, %d QA items -> %s", c["built"], c["reused"],
-                c["failed"], c["excluded"], report.summary["cases"], report.summary["qa_items"],
-                layout.qa_results_json)
-    logger.info("images: %s; labeling sheet: %s%s; summary: %s", layout.bundle_dir,
-                layout.qa_labeling_csv,
-                "" if args.no_review_figures else f" (figures in {layout.review_dir})",
-                layout.summary_json)
-    selection = report.summary.get("selection", {})
-    if c["excluded"] and not selection.get("positives_selected"):
-        # Every accepted positive lacks a usable Stage 01 result: a wrong or empty input file,
-        # not a few failed deformations (those are reported by Stage 01).
-        return failures_exit_code(c["excluded"], c["excluded"],
-                                  what="accepted positive(s) (no usable Stage 01 deformation)",
-                                  summary=layout.summary_json, allow=args.allow_failures)
-    return failures_exit_code(c["failed"], c["built"] + c["reused"] + c["failed"],
-                              what="case(s)", summary=layout.summary_json,
+        deformed_mask_dir=args.deformed_mask_dir, chexmask_dir=args.chexmask_dir,
+        cxas_dir=args.cxas_dir, output_dir=args.output_dir, num_workers=args.num_workers,
+        review_figures=not args.no_review_figures, progress=progress_hook("cases"),
+        on_log_dir=log_dir_hook(args, "00_generate_qa"))
+    for line in report.lines():
+        logger.info("%s", line)
+    failed, total, what = report.failure_counts()
+    return failures_exit_code(failed, total, what=what, summary=report.layout.summary_json,
                               allow=args.allow_failures)
 
 

@@ -19,14 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.bundle import format_stats_table
-from chexpercept.io import QALayout, read_json, repo_root, stage_output_dir
-from chexpercept.qa import LINK_MODES, export_benchmark
+from chexpercept.qa import DEFAULT_BENCHMARK_DIR, LINK_MODES, export_benchmark_from_config
 from chexpercept.schema import load_chexpercept_config
-from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
+from utils.cli import add_common_args, add_config_arg, run_main, start_logging
 
 logger = logging.getLogger("02_export_benchmark")
-
-DEFAULT_BENCHMARK_DIR = "data/chexpercept"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,23 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, load the config, sample and export, and report where the outputs went."""
     args = build_parser().parse_args(argv)
     cfg = load_chexpercept_config(args.config)
-    out02 = QALayout(stage_output_dir("02", cfg.path.work_dir))
-    qa_json = args.qa_results_json or out02.qa_results_json
-    bundle = args.bundle_dir or out02.bundle_dir
-    benchmark_dir = args.benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR
-    setup_logging(args.log_level, None, progress=not args.no_progress)
-    sampling = cfg.qa_generation.sampling
-    report = export_benchmark(read_json(qa_json), bundle_dir=bundle, benchmark_dir=benchmark_dir,
-                              seed=cfg.seed, per_path=sampling.per_path(), link=args.link,
-                              distinct_cxrs=sampling.distinct_cxrs)
+    start_logging(args)
+    report = export_benchmark_from_config(
+        cfg, qa_results_json=args.qa_results_json, bundle_dir=args.bundle_dir,
+        benchmark_dir=args.benchmark_dir, link=args.link)
     print(format_stats_table(report.stats))
-    s = report.summary
-    logger.info("exported %d cases (%d QA items, %d images; %d file(s) linked, %d copied; "
-                "%d lesion/path shortfall(s)) -> %s", s["cases"], s["qa_items"], s["images"],
-                report.linked_files, report.copied_files, len(s["shortfalls"]),
-                report.layout.json_path)
-    logger.info("images: %s; sampling summary: %s; stats: %s", report.layout.images_dir,
-                report.layout.sampling_summary_json, report.layout.stats_csv)
+    for line in report.lines():
+        logger.info("%s", line)
     return 0
 
 

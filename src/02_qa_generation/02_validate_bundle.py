@@ -21,26 +21,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept.bundle import format_stats_table, stats_rows, validate_benchmark_dir
-from chexpercept.io import repo_root
-from utils.cli import add_common_args, run_main, setup_logging
+from chexpercept.bundle import format_stats_table
+from chexpercept.qa import DEFAULT_BENCHMARK_DIR, NAME_RULES, validate_benchmark
+from utils.cli import add_aliased_arg, add_common_args, run_main, start_logging
 
 logger = logging.getLogger("02_validate_bundle")
-
-DEFAULT_BENCHMARK_DIR = "data/chexpercept"
-#: ``--names``: ``auto`` detects our bundles (marker / ``option_<i>.png``); ``strict`` makes
-#: answer-revealing names errors; ``release`` makes them warnings.
-NAME_RULES = {"auto": None, "strict": True, "release": False}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI (new script; the release had no validator)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--benchmark-dir", "--benchmark_dir", dest="benchmark_dir", type=Path,
-                        default=None,
-                        help=f"Folder with chexpercept.json and chexpercept/ (default: "
-                             f"<repo>/{DEFAULT_BENCHMARK_DIR}).")
+    add_aliased_arg(parser, "benchmark_dir", type=Path, default=None,
+                    help=f"Folder with chexpercept.json and chexpercept/ (default: "
+                         f"<repo>/{DEFAULT_BENCHMARK_DIR}).")
     parser.add_argument("--names", choices=tuple(NAME_RULES), default="auto",
                         help="Answer-revealing file names: auto = error for bundles written by "
                              "this code, warning for the released one; strict = always an "
@@ -53,15 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, validate the bundle, print the stats table and report the result."""
     args = build_parser().parse_args(argv)
-    benchmark_dir = args.benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR
-    setup_logging(args.log_level, None, progress=not args.no_progress)
-    check, items = validate_benchmark_dir(benchmark_dir, strict_names=NAME_RULES[args.names])
-    check.log_warnings()
-    print(format_stats_table(stats_rows(items)))
-    logger.info("bundle valid: %d case(s), %d image(s) checked (%d need conversion), %d "
-                "warning(s); names rule: %s -> %s", len(check.cases), check.images,
-                len(check.conversions), len(check.warnings),
-                "strict" if check.strict_names else "release", benchmark_dir)
+    start_logging(args)
+    result = validate_benchmark(args.benchmark_dir, names=args.names)
+    print(format_stats_table(result.stats))
+    logger.info("%s", result.line())
     return 0
 
 

@@ -3,9 +3,11 @@
 Writes (01.00: provided masks, or the ``cxas`` / ``chexmask-u`` model backends) and reads
 CheXmask-U / CXAS masks (``chexmasku_pred/``, ``cxas_pred/``) and builds the anatomy that
 ``deformation_results.json`` (``geometrical_mask_infos``) and Stage 02 refer to
-(docs/deformation.md, "Anatomy masks" and "Lung geometry").
+(docs/deformation.md, "Anatomy masks" and "Lung geometry"). :func:`generate_anatomy_masks` is
+the 01.00 step from a config (``api``).
 """
 
+from chexpercept.anatomy.api import AnatomyMasksRun, generate_anatomy_masks
 from chexpercept.anatomy.backends import (
     AnatomySegmenter,
     create_anatomy_segmenter,
@@ -24,6 +26,7 @@ from chexpercept.anatomy.provided import (
 
 __all__ = [
     "ANATOMY_BACKENDS",
+    "AnatomyMasksRun",
     "AnatomyReport",
     "AnatomySegmenter",
     "CaseAnatomy",
@@ -35,6 +38,7 @@ __all__ = [
     "create_anatomy_segmenter",
     "create_segmenters",
     "generate_anatomy",
+    "generate_anatomy_masks",
     "geometrical_mask_info",
     "load_case_anatomy",
     "overlapping_anatomy",

@@ -57,11 +57,17 @@ class MergeOutcome:
         written: Whether ``results.json`` / ``labeling_sheet.csv`` were written.
         rows: Rows in the merged sheet (0 when nothing was written).
         message: What happened, for the log.
+        base_out: The ``rosalia_pred`` folder merged in.
     """
 
     written: bool
     rows: int
     message: str
+    base_out: Path | None = None
+
+    def line(self) -> str:
+        """The stage's log line: what happened, and where."""
+        return f"{self.message} ({self.base_out})"
 
 
 def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) -> MergeOutcome:
@@ -98,7 +104,8 @@ def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) 
     if not present:
         if final_results.is_file() or final_sheet.is_file():
             return MergeOutcome(False, 0, f"no part files under {root}; unsharded outputs "
-                                          f"already there ({final_sheet.name}), left untouched")
+                                          f"already there ({final_sheet.name}), left untouched",
+                                root)
         raise InputError(f"no part files (results_part<p>.json, labeling_sheet_part<p>.csv, "
                          f"p < {total_parts}) and no unsharded outputs under {root}; run "
                          f"01_generate_rosalia_pred.py first")
@@ -112,7 +119,8 @@ def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) 
                     final_sheet.stat().st_mtime_ns) > newest_part):
         return MergeOutcome(False, 0, f"{final_results.name} and {final_sheet.name} are newer "
                                       f"than every part file (already merged, or written by an "
-                                      f"unsharded run); left untouched (use --force to merge)")
+                                      f"unsharded run); left untouched (use --force to merge)",
+                            root)
     results: dict[str, list[Any]] = {}
     rows: list[dict[str, str]] = []
     for p in range(total_parts):
@@ -126,7 +134,8 @@ def merge_parts(base_out: str | Path, total_parts: int, *, force: bool = False) 
         rows.extend({c: r.get(c, "") for c in POSITIVE_SHEET_COLUMNS} for r in part_rows)
     write_json_atomic(final_results, results, indent=4)
     write_csv_atomic(final_sheet, rows, POSITIVE_SHEET_COLUMNS)
-    return MergeOutcome(True, len(rows), f"merged {total_parts} part(s): {len(rows)} row(s)")
+    return MergeOutcome(True, len(rows), f"merged {total_parts} part(s): {len(rows)} row(s)",
+                        root)
 
 
 # --------------------------------------------------------------------------------------

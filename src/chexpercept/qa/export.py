@@ -52,6 +52,15 @@ class ExportReport:
     linked_files: int = 0
     stats: list[dict[str, Any]] = field(default_factory=list)
 
+    def lines(self) -> list[str]:
+        """The stage's summary lines: what was exported, then where the files are."""
+        s, layout = self.summary, self.layout
+        return [f"exported {s['cases']} cases ({s['qa_items']} QA items, {s['images']} images; "
+                f"{self.linked_files} file(s) linked, {self.copied_files} copied; "
+                f"{len(s['shortfalls'])} lesion/path shortfall(s)) -> {layout.json_path}",
+                f"images: {layout.images_dir}; sampling summary: "
+                f"{layout.sampling_summary_json}; stats: {layout.stats_csv}"]
+
 
 #: Order in which (path, lesion) pools are filled when CXRs must be distinct: the scarcest
 #: cases (revision-required, which need a deformation) first, negatives last.

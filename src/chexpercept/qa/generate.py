@@ -107,11 +107,37 @@ class QAReport:
         layout: Output paths.
         counts: Outcome counts (``built``, ``reused``, ``failed``, ``excluded``).
         summary: The content written to ``summary.json``.
+        review_figures: Whether the review figures were drawn.
     """
 
     layout: QALayout
     counts: dict[str, int]
     summary: dict[str, Any]
+    review_figures: bool = True
+
+    def failure_counts(self) -> tuple[int, int, str]:
+        """``(failed, total, what)`` for the stage's exit code (``failures_exit_code``).
+
+        When every accepted positive lacks a usable Stage 01 result (a wrong or empty input
+        file, not a few failed deformations, which Stage 01 reports), those exclusions count
+        as the failures; otherwise the cases that could not be built do.
+        """
+        c = self.counts
+        if c["excluded"] and not self.summary.get("selection", {}).get("positives_selected"):
+            return (c["excluded"], c["excluded"],
+                    "accepted positive(s) (no usable Stage 01 deformation)")
+        return c["failed"], c["built"] + c["reused"] + c["failed"], "case(s)"
+
+    def lines(self) -> list[str]:
+        """The stage's summary lines: counts, then where the outputs are."""
+        c, layout = self.counts, self.layout
+        figures = f" (figures in {layout.review_dir})" if self.review_figures else ""
+        return [f"done: {c['built']} built, {c['reused']} skipped (already done), {c['failed']} "
+                f"failed, {c['excluded']} excluded (accepted but no usable deformation); "
+                f"{self.summary['cases']} cases, {self.summary['qa_items']} QA items -> "
+                f"{layout.qa_results_json}",
+                f"images: {layout.bundle_dir}; labeling sheet: {layout.qa_labeling_csv}"
+                f"{figures}; summary: {layout.summary_json}"]
 
 
 def _dedupe(key_ids: list[str], where: Path) -> list[str]:
@@ -356,7 +382,8 @@ def generate_qa(inputs: QAInputs, *, seed: int, ratios: Mapping[str, float],
     write_json_atomic(layout.summary_json, summary)
     counts = {"built": status["built"], "reused": status["reused"], "failed": len(failed),
               "excluded": len(sel.excluded)}
-    return QAReport(layout=layout, counts=counts, summary=summary)
+    return QAReport(layout=layout, counts=counts, summary=summary,
+                    review_figures=review_figures)
 
 
 def _remove_stale_case_dirs(layout: QALayout, items: Mapping[str, Any]) -> None:
