@@ -4,8 +4,9 @@ A stage script parses its flags here and hands the library step two callbacks ma
 :func:`log_dir_hook` (``on_log_dir``: start the log file in the folder the step names) and
 :func:`progress_hook` (``progress``: one tqdm bar per item loop).
 
-Exit codes (STYLE.md): 0 success, 2 usage/config/input error (one line, no traceback),
-1 unexpected failure (traceback kept).
+Exit codes (README, "On a fresh machine"): 0 success, 2 usage/config/input error (one line,
+no traceback), 3 a Stage 03 run left cases unfinished (docs/engines.md, "Faults"), 1 an
+unexpected failure (traceback kept).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ one ``processor.apply_chat_template(batch, ..., processor_kwargs={"padding": Tru
 padding and one greedy ``model.generate`` call. bf16 on GPU, fp32 on CPU. A chunk that runs out
 of GPU memory is split in halves.
 
-Hulu-Med path (original_release_spec.md section 5.7; needs the ``hulumed`` environment, not
+Hulu-Med path (docs/evaluation_protocol.md, "Providers"; needs the ``hulumed`` environment, not
 testable without the weights): remote-code ``AutoModelForCausalLM`` (bf16, ``device_map="auto"``,
 flash-attention 2 when installed) and Hulu-Med's processor called with
 ``conversation=..., add_system_prompt=True, add_generation_prompt=True``, one conversation per

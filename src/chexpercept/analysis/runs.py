@@ -1,7 +1,8 @@
 """Stage 04: find Stage 03 runs (``<results-dir>/<run>/oracle_<setting>/all_results.json``).
 
-Stage 04 reads nothing but these files (STYLE.md "Module boundaries"); the folder name is
-built by Stage 03 (``io.all_results_path``) and parsed here. Each file is read and validated
+Stage 04 reads nothing but these files (the import contracts in pyproject.toml); the folder
+name is built by :func:`chexpercept.layouts.eval_run_dir` and parsed by
+:func:`chexpercept.layouts.parse_run_name`. Each file is read and validated
 by :func:`chexpercept.analysis.case_table.read_case_table`.
 """
 
