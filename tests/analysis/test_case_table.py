@@ -128,12 +128,29 @@ def test_table_follows_the_definitions(tmp_path, builders, limit):
 
 def test_unfinished_cases_are_removed_and_returned(tmp_path, builders):
     cases = _varied_cases(builders.make_case, 6)
+    for block in ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",
+                  "attribute_extraction_qa"):  # as Stage 03 writes an unfinished case
+        cases[2][block] = {}
     cases[2]["unfinished"] = {"reason": "turn 3: connection reset"}
     builders.write_run(tmp_path, "dummy_baseline", cases)
     (run,) = discover_runs(tmp_path, "implicit")
     table, unfinished = read_case_table(run.all_results, run.name, limit=5)
     assert unfinished == {cases[2]["key_id"]: "turn 3: connection reset"}
     assert table.key_ids == tuple(c["key_id"] for c in cases if c is not cases[2])[:5]
+
+
+@pytest.mark.parametrize(("marker", "message"), [
+    ({"reason": "x"}, "marked unfinished but holds stage results"),
+    ("garbage", "'unfinished' is str, not an object"),
+])
+def test_an_inconsistent_unfinished_marker_is_an_error_naming_the_case(tmp_path, builders,
+                                                                      marker, message):
+    cases = _varied_cases(builders.make_case, 3)
+    cases[1]["unfinished"] = marker  # a hand edit: the case still has its stage results
+    builders.write_run(tmp_path, "dummy_baseline", cases)
+    (run,) = discover_runs(tmp_path, "implicit")
+    with pytest.raises(SchemaError, match=rf"{cases[1]['key_id']}: {message}"):
+        read_case_table(run.all_results, run.name)
 
 
 def test_tables_share_key_strings_between_runs(builders):

@@ -29,6 +29,12 @@ OK, UNP, TRUNC, REF, ERR = "ok", "unparseable", "truncated", "refused", "error"
 # (raw, options, multi_select, finish_reason, expected answer or None, expected status)
 TABLE = [
     ("Answer: 1", YES_NO, S, "stop", (1,), OK),
+    ("Answer: 2\u200b", YES_NO, S, "stop", (2,), OK),  # zero-width space left by a server
+    ("\ufeffAnswer: 1", YES_NO, S, "stop", (1,), OK),  # byte-order mark
+    ("Answer: 2\x00", YES_NO, S, "stop", (2,), OK),  # NUL bytes of a broken detokenizer
+    ("Answer:\x00 2", YES_NO, S, "stop", (2,), OK),
+    ("Answer: \u0662", YES_NO, S, "stop", (2,), OK),  # decimal digits of any script count
+    ("Answer: \u2461", YES_NO, S, "stop", None, UNP),  # a circled number is no digit
     ("answer: 2", YES_NO, S, "stop", (2,), OK),
     ("ANSWER:2", YES_NO, S, "stop", (2,), OK),
     ("The mask covers the effusion.\n\nAnswer: (2)", YES_NO, S, "stop", (2,), OK),

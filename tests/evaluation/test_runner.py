@@ -335,3 +335,18 @@ def test_a_provider_block_is_recorded_as_blocked_and_counted_apart_from_refusals
     table = analyse_run_file(run_from_dir(run_dir), n_boot=0, seed=0).table
     counts = dict(zip(schema.STATUSES, table.status.sum(axis=(0, 1)).tolist(), strict=True))
     assert counts["blocked"] == 1 and counts["refused"] >= 1
+
+
+def test_a_torn_or_garbled_faults_log_never_blocks_a_resume(bundle, tmp_path, caplog):
+    faulty = f"{RR}/contour_evaluation_qa"
+    run_dir = tmp_path / "run"
+    _run(bundle, run_dir, ScriptedModel(_fault_on(faulty)))
+    faults = io.faults_path(run_dir)
+    with open(faults, "a", encoding="utf-8") as fh:
+        fh.write('{"key_id": "effusion_s5')  # a writer killed mid-line
+    _run(bundle, run_dir, ScriptedModel(_fault_on(faulty)))  # faults again: a new line
+    lines = faults.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["request_id"] == faulty for x in lines)
+    faults.write_text(lines[0] + "\nnot json\n[1, 2]\n" + lines[1] + "\n", encoding="utf-8")
+    summary = _run(bundle, run_dir, ScriptedModel(right))  # the log is not a source of truth
+    assert summary.unfinished == {} and "line 2 is not a fault entry" in caplog.text

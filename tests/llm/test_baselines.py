@@ -123,3 +123,10 @@ def test_a_misspelt_provider_option_is_an_error_that_names_it():
     from utils.llm.registry import provider_class, provider_options
     assert {"deployment", "reasoning_effort", "max_retries"} <= provider_options(
         provider_class("azure"))
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_retries", -1), ("max_retries", "abc"),
+                                               ("concurrency", 0), ("timeout_s", 0)])
+def test_api_provider_limits_are_checked_from_python_too(option, value):
+    with pytest.raises(ConfigError, match=rf"{option} must be"):
+        create_model("openai", "gpt-5.4", env={}, **{option: value})

@@ -181,7 +181,16 @@ class ApiChatModel(ChatModel):
             sdk_logger = logging.getLogger(name)
             if sdk_logger.level == logging.NOTSET:
                 sdk_logger.setLevel(logging.WARNING)
-        self.concurrency = max(int(concurrency), 1)
+        for name, value in (("max_retries", max_retries), ("concurrency", concurrency)):
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    value < (0 if name == "max_retries" else 1):
+                raise ConfigError(f"{self.provider}: {name} must be an integer >= "
+                                  f"{0 if name == 'max_retries' else 1}, got {value!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or \
+                not timeout_s > 0:
+            raise ConfigError(f"{self.provider}: timeout_s must be a number > 0, got "
+                              f"{timeout_s!r}")
+        self.concurrency = concurrency
         self.timeout_s = float(timeout_s)
         self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
                                self._classify_fault, self.provider)

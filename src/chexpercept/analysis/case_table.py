@@ -199,6 +199,11 @@ def layout(lesion: np.ndarray, path: np.ndarray) -> tuple[np.ndarray, np.ndarray
 # --------------------------------------------------------------------------------------
 
 
+#: The per-stage result blocks of an ``all_results.json`` record.
+_STAGE_BLOCKS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",
+                 "attribute_extraction_qa")
+
+
 def split_unfinished(path: str | Path, data: Any) -> dict[str, str]:
     """Remove the cases Stage 03 marked ``unfinished`` from ``data``; key_id -> reason.
 
@@ -213,13 +218,30 @@ def split_unfinished(path: str | Path, data: Any) -> dict[str, str]:
 
     Returns:
         key_id -> the recorded reason, in file order (empty for a complete run).
+
+    Raises:
+        SchemaError: For an ``unfinished`` marker that is not an object, or one on a case that
+            also holds stage results (Stage 03 never writes either: the file was edited or
+            mixed from two runs); names the file and every such key_id.
     """
     if not isinstance(data, dict):
         return {}
     out: dict[str, str] = {}
+    bad: list[str] = []
     for key_id, record in data.items():
-        if isinstance(record, dict) and isinstance(record.get("unfinished"), dict):
-            out[key_id] = str(record["unfinished"].get("reason") or "unfinished")
+        if not isinstance(record, dict) or "unfinished" not in record:
+            continue
+        marker = record["unfinished"]
+        if not isinstance(marker, dict):
+            bad.append(f"{key_id}: 'unfinished' is {type(marker).__name__}, not an object")
+        elif any(record.get(b) for b in _STAGE_BLOCKS):
+            bad.append(f"{key_id}: marked unfinished but holds stage results")
+        else:
+            out[key_id] = str(marker.get("reason") or "unfinished")
+    if bad:
+        raise SchemaError(f"{path}: {len(bad)} inconsistent 'unfinished' marker(s) (Stage 03 "
+                          f"rebuilds this file from records.jsonl when re-run):\n  "
+                          + "\n  ".join(bad[:20]))
     for key_id in out:
         del data[key_id]
     if out:

@@ -186,7 +186,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
             default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
                 DEFAULT_CONCURRENCY
             return run_evaluation_async(bundle, cases, chat_model, settings, run_dir,
-                                        concurrency=concurrency or default,
+                                        concurrency=default if concurrency is None
+                                        else concurrency,
                                         overwrite=overwrite)
         return run_evaluation(bundle, cases, chat_model, settings, run_dir,
                               overwrite=overwrite, progress=progress)

@@ -279,8 +279,8 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     finally:
         summary = session.close()
     summary.generate_calls = stats.requests
-    logger.info("async runner: %d request(s) in %.1f s (%.1f/s), max %d in flight, "
-                "%d retried attempt(s)", stats.requests, stats.wall_s,
+    logger.info("async runner: %d request(s) in %.1f s (%.1f/s), at most %d open at once (in "
+                "flight or in retry backoff), %d retried attempt(s)", stats.requests, stats.wall_s,
                 stats.requests / max(stats.wall_s, 1e-9), stats.max_in_flight,
                 stats.attempts - stats.requests)
     return summary

@@ -97,6 +97,8 @@ _FULL_WIDTH = str.maketrans({
     "：": ":", "（": "(", "）": ")", "，": ",", "、": ",", "；": ";", "［": "[", "］": "]",
     "【": "[", "】": "]", "．": ".", "。": ".", "－": "-", "\u3000": " ",
     **{chr(0xFF10 + d): str(d) for d in range(10)},
+    # invisible characters a server or a tokenizer leaves in (zero-width spaces, joiners, BOM)
+    **dict.fromkeys(("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"), ""),
 })
 
 # Chat-template tokens (docs/parsing.md, "Parser rules", rule 3). Turn starts may carry a role;
@@ -553,6 +555,8 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
     text = raw or ""
     if not text.isascii():
         text = text.translate(_FULL_WIDTH)
+    if "\x00" in text:  # NUL bytes (a broken detokenizer): not part of any answer
+        text = text.replace("\x00", "")
     reply, turn_closed = text, False
     if "<" in text or "[" in text:  # every chat-template token starts with one of them
         reply, turn_closed = _reply_turn(text)

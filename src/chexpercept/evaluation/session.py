@@ -42,7 +42,8 @@ from chexpercept.evaluation.store import (
     RunStore,
 )
 from utils.llm.base import FAULT, ChatModel, Completion
-from utils.llm.pricing import cost_usd
+from utils.llm.pricing import cost_usd, lookup
+from utils.llm.registry import BASELINE_PROVIDERS
 from utils.status import COMPLETION_STATUSES
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,10 @@ def _reason_kind(reason: str) -> str:
     """A short class of an unfinished case's reason, for the summary line."""
     if reason.startswith(NOT_REACHED):
         return "not reached"
-    return reason.split(": ", 1)[-1].split(". ", 1)[0][:80] or "no answer"
+    kind = reason.split(": ", 1)[-1].split(". ", 1)[0]
+    if len(kind) > 120:  # cut at a word, say so
+        kind = kind[:120].rsplit(" ", 1)[0] + " ..."
+    return kind or "no answer"
 
 
 #: Reason of a selected case the run did not get to (it stopped first).
@@ -540,7 +544,10 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                                          settings.system_prompt))
               for key_id in bundle.items if key_id in planned}
     summary = RunSummary(run_dir=store.run_dir, all_results_path=store.results_path,
-                         cases_selected=len(cases))
+                         cases_selected=len(cases),
+                         # NA from the start for a model without a price, even with no call
+                         cost_usd=0.0 if settings.provider in BASELINE_PROVIDERS
+                         or lookup(settings.model) is not None else None)
     for key_id, state in states.items():
         replayed = _replay(state, records.get(key_id, {}))
         if key_id in selected:

@@ -187,16 +187,17 @@ class RunStore:
         return False
 
     # -- records and faults -----------------------------------------------------------------
-    def _repair(self) -> None:
+    @staticmethod
+    def _repair(path: Path) -> None:
         """Drop a partial last line left by a killed writer, so appends stay line-aligned."""
-        if not self.records_path.is_file():
+        if not path.is_file():
             return
-        data = self.records_path.read_bytes()
+        data = path.read_bytes()
         if data and not data.endswith(b"\n"):
             cut = data.rfind(b"\n") + 1
-            logger.warning("%s: dropping an incomplete last record (%d bytes)",
-                           self.records_path, len(data) - cut)
-            io.write_bytes_atomic(self.records_path, data[:cut])
+            logger.warning("%s: dropping an incomplete last line (%d bytes)", path,
+                           len(data) - cut)
+            io.write_bytes_atomic(path, data[:cut])
 
     def load_records(self) -> Records:
         """Repair a torn last line, then index the records by key_id and turn.
@@ -206,7 +207,7 @@ class RunStore:
         Raises:
             SchemaError: On a line that is not JSON or a record without ``key_id``/``turn``.
         """
-        self._repair()
+        self._repair(self.records_path)
         by_case: Records = {}
         for rec in io.read_jsonl(self.records_path):
             try:
@@ -235,15 +236,42 @@ class RunStore:
         return RecordWriter(self.records_path, fsync_every, fsync_interval_s)
 
     def append_fault(self, fault: Mapping[str, Any]) -> None:
-        """Append one no-answer entry to ``faults.jsonl`` (fsync'd: faults are rare)."""
+        """Append one no-answer entry to ``faults.jsonl`` (fsync'd: faults are rare).
+
+        A torn last line (a killed writer) is dropped first, so the entry starts a line.
+        """
+        self._repair(self.faults_path)
         io.append_jsonl(self.faults_path, fault)
+
+    def _faults(self) -> list[dict[str, Any]]:
+        """The entries of ``faults.jsonl``; a line that is no JSON object is skipped (warned).
+
+        The file is a log of what got no answer, not a source of truth: a bad line must not
+        stop a resume.
+        """
+        out = []
+        if not self.faults_path.is_file():
+            return out
+        for number, line in enumerate(self.faults_path.read_text(encoding="utf-8",
+                                                                 errors="replace")
+                                      .splitlines(), 1):
+            try:
+                entry = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                entry = "?"
+            if entry is None:
+                continue
+            if not isinstance(entry, dict):
+                logger.warning("%s: line %d is not a fault entry; skipped", self.faults_path,
+                               number)
+                continue
+            out.append(entry)
+        return out
 
     def unanswered(self, records: Records) -> dict[str, str]:
         """key_id -> reason of the last fault whose turn still has no record."""
         out: dict[str, str] = {}
-        if not self.faults_path.is_file():
-            return out
-        for rec in io.read_jsonl(self.faults_path):
+        for rec in self._faults():
             key_id, turn = rec.get("key_id"), rec.get("turn")
             if isinstance(key_id, str) and turn not in records.get(key_id, {}):
                 out[key_id] = str(rec.get("error") or "no answer")
