@@ -406,6 +406,7 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 server.stats.in_flight += 1
                 server.stats.max_in_flight = max(server.stats.max_in_flight,
                                                  server.stats.in_flight)
+            counted = True
             try:
                 action = server._next_action(body)
                 if action.get("delay_s"):
@@ -414,6 +415,10 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 seen.status = status
                 with server._lock:
                     server.stats.by_status[status] += 1
+                    # done before the answer is written: a client's next request can only
+                    # arrive after it, so the count never shows one request twice
+                    server.stats.in_flight -= 1
+                    counted = False
                 if status != 200:
                     err = {"error": {
                         "message": action.get("error_message", f"loopback {status}"),
@@ -430,8 +435,9 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                     action.get("finish_reason", "stop"), action.get("refusal"), prompt_tokens),
                     action.get("headers"))
             finally:
-                with server._lock:
-                    server.stats.in_flight -= 1
+                if counted:
+                    with server._lock:
+                        server.stats.in_flight -= 1
 
     return Handler
 

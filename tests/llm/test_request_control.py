@@ -352,13 +352,16 @@ def test_base_urls_that_cannot_work_are_refused_at_once(url):
         OpenAIChatModel("srv", base_url=url, env={})
 
 
-def test_base_url_credentials_are_hidden_and_a_trailing_slash_is_not_a_new_run():
+def test_base_url_credentials_are_hidden_and_the_address_is_not_part_of_the_run():
     model = OpenAIChatModel("srv", base_url="http://user:s3cret@127.0.0.1:8000/v1/", env={})
     assert model.base_url == "http://user:s3cret@127.0.0.1:8000/v1"
-    assert model.describe()["base_url"] == "http://***@127.0.0.1:8000/v1"
-    assert "s3cret" not in model.server_label
-    plain = OpenAIChatModel("srv", base_url="http://127.0.0.1:8000/v1", env={})
-    assert plain.describe()["base_url"] == "http://127.0.0.1:8000/v1"
+    assert model.runtime_info()["base_url"] == "http://***@127.0.0.1:8000/v1"
+    assert "s3cret" not in model.server_label and "s3cret" not in str(model.describe())
+    moved = OpenAIChatModel("srv", base_url="http://127.0.0.1:9000/v1", env={})
+    assert moved.runtime_info()["base_url"] == "http://127.0.0.1:9000/v1"
+    # the same model served at another address (or with a trailing slash) is the same run
+    assert moved.describe() == model.describe() and model.describe()["server"]
+    assert OpenAIChatModel("gpt-5.4", env={"OPENAI_API_KEY": "k"}).describe()["server"] is None
 
 
 def test_a_tls_mismatch_stops_the_wait_at_once():

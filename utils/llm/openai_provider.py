@@ -394,12 +394,23 @@ class OpenAIChatModel(ApiChatModel):
         return params
 
     def describe(self) -> dict[str, Any]:
-        """Manifest settings (no key; retries, timeout and concurrency do not change answers)."""
+        """Manifest settings (no key; retries, timeout and concurrency do not change answers).
+
+        ``server`` says whether an OpenAI-compatible server (``--base-url``) answers; its
+        address is in :meth:`runtime_info`, not compared on resume, so a run resumes when the
+        same model is served at another address (the served model id is checked by
+        :meth:`preflight`).
+        """
         return {**super().describe(), "api_model": self.api_model,
-                "base_url": self.server_label if self.base_url else None,
+                "server": "openai-compatible" if self.base_url else None,
                 "params": self.request_params(), "image_detail": self.image_detail,
                 **({"extra_body": dict(self.extra_body)} if self.extra_body else {}),
                 **self.images.describe()}
+
+    def runtime_info(self) -> dict[str, Any]:
+        """Where the requests go: the server address (credentials hidden), or None."""
+        return {**super().runtime_info(),
+                "base_url": self.server_label if self.base_url else None}
 
     # -- calls ----------------------------------------------------------------------------
     def _body(self, request: TurnRequest) -> dict[str, Any]:
