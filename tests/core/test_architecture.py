@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "src" / "chexpercept"
 CORE = {"lesions", "schema", "io", "errors", "rng", "files", "images", "frame", "provenance",
-        "layouts"}
+        "layouts", "callbacks"}
 STAGES = {"curation", "anatomy", "deformation", "qa", "evaluation", "analysis", "synth"}
 ALLOWED_STAGE_IMPORTS = {"deformation": {"anatomy"}, "qa": {"anatomy"}}
 HEAVY = ("torch", "vllm", "transformers", "sam2", "sam3", "openai", "google.genai")

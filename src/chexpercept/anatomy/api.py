@@ -16,23 +16,19 @@ Who writes each layout (provided masks or a model backend): docs/deformation.md,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chexpercept import io
 from chexpercept.anatomy.generate import AnatomyReport, create_segmenters, generate_anatomy
+from chexpercept.callbacks import OnLogDir, Progress
 
 if TYPE_CHECKING:
     from chexpercept.schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 
-#: ``progress(iterable, total) -> iterable``: wraps the model batch loops (a CLI's tqdm bar).
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-#: Called once with the step's log folder, before any model is loaded.
-OnLogDir = Callable[[Path], object]
 
 
 @dataclass(frozen=True)

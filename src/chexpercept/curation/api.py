@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chexpercept import io
+from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.curation import candidates, sampling
 from chexpercept.curation.images import PrepareSummary, prepare_images, prepared_png
 from chexpercept.curation.segmenters import create_segmenter
@@ -52,10 +52,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``progress(iterable, total) -> iterable``: wraps an item loop (a CLI passes a tqdm bar).
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-#: Called once with the step's log folder, before any work (a CLI starts its log file there).
-OnLogDir = Callable[[Path], object]
 
 #: Bump when the sampling rule changes, so old outputs are not reused (docs/differences.md D5).
 SAMPLING_VERSION = "2"

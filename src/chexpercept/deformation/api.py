@@ -15,14 +15,14 @@ What is written and how a case is deformed: docs/deformation.md ("Outputs").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chexpercept import io
 from chexpercept.anatomy.names import ZONE_SOURCE_CXAS
 from chexpercept.anatomy.provided import check_zone_source
+from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.deformation.morphological import DeformationParams
 from chexpercept.deformation.pipeline import (
     REASON_UNEXPECTED,
@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``progress(iterable, total) -> iterable``: wraps the case loop (a CLI's tqdm bar).
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-#: Called once with the step's log folder, after the settings are checked.
-OnLogDir = Callable[[Path], object]
 
 #: Worker processes of ``01_deform_mask.py`` (``--num-workers``) when not given.
 DEFAULT_NUM_WORKERS = 8

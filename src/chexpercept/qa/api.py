@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chexpercept.bundle import BundleCheck, stats_rows, validate_benchmark_dir
+from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.errors import ConfigError
 from chexpercept.io import (
     CurationLayout,
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``progress(iterable, total) -> iterable``: wraps the case loop (a CLI's tqdm bar).
-Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-#: Called once with the step's log folder, before any input is read.
-OnLogDir = Callable[[Path], object]
 
 #: Worker processes of ``00_generate_qa.py`` (``--num-workers``) when not given; capped at the
 #: CPU count.
