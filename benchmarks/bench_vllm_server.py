@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from gpu_stage_batching import _load  # a sibling script (benchmarks/ is on sys.path)
 
 from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, validate_bundle
@@ -42,15 +43,6 @@ from utils.llm.base import TurnRequest
 from utils.llm.openai_provider import OpenAIChatModel
 
 ROOT = io.repo_root()
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class RecordingModel(OpenAIChatModel):
