@@ -638,7 +638,9 @@ class CaseResult(_Open):
 
     Unvisited stages are ``{}``. Stage 1 stores its parsed answer under ``response`` and
     Stage 2 under ``responses`` (release naming, kept; docs/evaluation_protocol.md, "Run
-    folder").
+    folder"). A selected case Stage 03 could not finish (a turn got no answer) has empty stage
+    blocks and ``unfinished`` (``next_turn``, ``turns_answered``, ``reason``); Stage 04 counts
+    it as missing (docs/engines.md, "Faults").
     """
 
     key_id: str
@@ -648,6 +650,7 @@ class CaseResult(_Open):
     contour_revision_qa: dict[str, Any] = {}
     attribute_extraction_qa: dict[str, Any] = {}
     chat_history: list[list[Any]] = []
+    unfinished: dict[str, Any] | None = None
 
 
 def parse_all_results(data: Any, path: str | Path) -> dict[str, CaseResult]:
