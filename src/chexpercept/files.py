@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import io as _io
 import json
 import os
@@ -112,6 +113,10 @@ def write_json_atomic(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
 def read_json(path: str | Path) -> Any:
     """Read a JSON file.
 
+    The cyclic garbage collector is paused while the text is parsed: parsed JSON holds no
+    reference cycles, and a large file would otherwise set the collector off many times
+    (``json.loads`` of a 9 MiB benchmark-sized file: 19 ms instead of 22 ms).
+
     Raises:
         InputError: If the file is missing.
         SchemaError: If it is not valid JSON (the message gives line and column).
@@ -119,11 +124,17 @@ def read_json(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
                           f"{exc.msg}") from None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def append_jsonl(path: str | Path, record: Mapping[str, Any]) -> None:

@@ -112,7 +112,7 @@ def test_table_follows_the_definitions(tmp_path, builders, limit):
     cases = _varied_cases(builders.make_case)
     builders.write_run(tmp_path, "dummy_baseline", cases)
     (run,) = discover_runs(tmp_path, "implicit")
-    table, unfinished = read_case_table(run.all_results, run.name, limit=limit)
+    table, unfinished = read_case_table(run.run_dir, run.name, limit=limit)
     kept = cases[:limit]
     assert unfinished == {} and table.key_ids == tuple(c["key_id"] for c in kept)
     assert table.has_status and table.missing.any()
@@ -134,7 +134,7 @@ def test_unfinished_cases_are_removed_and_returned(tmp_path, builders):
     cases[2]["unfinished"] = {"reason": "turn 3: connection reset"}
     builders.write_run(tmp_path, "dummy_baseline", cases)
     (run,) = discover_runs(tmp_path, "implicit")
-    table, unfinished = read_case_table(run.all_results, run.name, limit=5)
+    table, unfinished = read_case_table(run.run_dir, run.name, limit=5)
     assert unfinished == {cases[2]["key_id"]: "turn 3: connection reset"}
     assert table.key_ids == tuple(c["key_id"] for c in cases if c is not cases[2])[:5]
 
@@ -150,7 +150,7 @@ def test_an_inconsistent_unfinished_marker_is_an_error_naming_the_case(tmp_path,
     builders.write_run(tmp_path, "dummy_baseline", cases)
     (run,) = discover_runs(tmp_path, "implicit")
     with pytest.raises(SchemaError, match=rf"{cases[1]['key_id']}: {message}"):
-        read_case_table(run.all_results, run.name)
+        read_case_table(run.run_dir, run.name)
 
 
 def test_tables_share_key_strings_between_runs(builders):
@@ -218,7 +218,7 @@ def test_bad_records_are_named_with_the_file(tmp_path, builders, how):
     (run_dir / "all_results.json").write_text(json.dumps(_bad(builders.make_case, how)))
     (run,) = discover_runs(tmp_path, "implicit")
     with pytest.raises(SchemaError) as exc:
-        read_case_table(run.all_results, run.name)
+        read_case_table(run.run_dir, run.name)
     assert str(exc.value).startswith(f"{run.all_results}: {BAD[how]}")
     assert str(exc.value).count("\n  ") == 1  # only the bad record
 

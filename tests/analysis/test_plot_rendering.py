@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 from PIL import Image
 
 from chexpercept.analysis import analyse_chance, analyse_run_file, discover_runs
-from chexpercept.analysis._memory import gc_paused, release_free_memory
+from chexpercept.analysis._memory import release_free_memory
 from chexpercept.analysis.plots import (
     CHANCE_COLOR,
     E2E_COLOR,
@@ -70,17 +68,3 @@ def test_labels_are_stamped_at_their_data_coordinates(tmp_path):
 def test_release_free_memory_is_safe_to_call():
     release_free_memory()
     release_free_memory()
-
-
-def test_gc_paused_restores_the_collector_state():
-    assert gc.isenabled()
-    with gc_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()

@@ -63,12 +63,12 @@ def test_invalid_all_results_names_file_and_key_id(tmp_path, builders):
     (run_dir / "all_results.json").write_text(json.dumps(data))
     (run,) = discover_runs(tmp_path, "implicit")
     with pytest.raises(SchemaError) as exc:
-        read_case_table(run.all_results, run.name)
+        read_case_table(run.run_dir, run.name)
     assert "all_results.json" in str(exc.value) and "effusion_s1_positive_1" in str(exc.value)
 
     (run_dir / "all_results.json").write_text("{not json")
     with pytest.raises(SchemaError, match=r"all_results\.json: not valid JSON"):
-        read_case_table(run.all_results, run.name)
+        read_case_table(run.run_dir, run.name)
 
 
 def test_unscorable_case_names_file_and_key_id(tmp_path, builders):
@@ -83,7 +83,7 @@ def test_unscorable_case_names_file_and_key_id(tmp_path, builders):
 def test_limit_keeps_first_cases_in_file_order(tmp_path, builders):
     builders.write_run(tmp_path, "dummy_baseline", _cases(builders.make_case))
     (run,) = discover_runs(tmp_path, "implicit")
-    table, _ = read_case_table(run.all_results, run.name, limit=2)
+    table, _ = read_case_table(run.run_dir, run.name, limit=2)
     assert table.key_ids == ("effusion_s1_positive_0", "effusion_s1_positive_1")
 
 

@@ -140,3 +140,25 @@ def test_secret_names_are_redacted_but_token_counts_are_not():
     assert out["params"] == settings["params"]
     for kept in ("output_tokens_per_call", "key_id", "api_keys", "empty_key"):
         assert out[kept] == settings[kept]
+
+
+def test_read_json_pauses_the_collector_and_restores_its_state(tmp_path, monkeypatch):
+    import gc
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"a": [1, 2]}')
+    bad.write_text('{"a": ')
+    seen = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text: (seen.append(gc.isenabled()),
+                                                     real_loads(text))[1])
+    assert io.read_json(good) == {"a": [1, 2]} and seen == [False] and gc.isenabled()
+    with pytest.raises(SchemaError, match="bad.json"):
+        io.read_json(bad)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        io.read_json(good)
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()

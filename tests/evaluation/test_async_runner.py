@@ -15,7 +15,7 @@ from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.cases import TURN_BY_NAME
-from chexpercept.evaluation.store import RecordWriter
+from chexpercept.run_store import RecordWriter
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 
 TOTAL_TURNS = 33  # turns of the seven bundle cases (9+6+1+5+2+1+9)
@@ -189,7 +189,7 @@ def test_longest_remaining_cases_start_first(bundle, tmp_path):
 def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
         bundle, tmp_path, runner):
     """Cached per-case texts (session.encode_results) join to io.dumps_json's exact bytes."""
-    from chexpercept.evaluation.store import RunStore
+    from chexpercept.run_store import RunStore
 
     cases = validate_bundle(bundle)
     texts = []

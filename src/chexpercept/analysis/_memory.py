@@ -1,18 +1,15 @@
-"""Stage 04: helpers for the analysis's large transients (parsed JSON, figure rasters).
+"""Stage 04: handing back the memory of the analysis's large transients (figure rasters).
 
-Parsing a results file creates tens of thousands of containers, which would set off the
-cyclic garbage collector many times although parsed JSON holds no cycles (:func:`gc_paused`:
-``json.loads`` of a 9 MiB benchmark-sized file 19 ms instead of 22 ms). Each figure's raster
-is a large buffer freed before the next; glibc keeps freed memory mapped, so the plots hand it
-back (:func:`release_free_memory`: 4 MiB lower peak RSS in benchmarks/bench_analysis.py).
+Each figure's raster is a large buffer freed before the next; glibc keeps freed memory mapped,
+so the plots hand it back (:func:`release_free_memory`: 4 MiB lower peak RSS in
+benchmarks/bench_analysis.py). Parsed JSON needs nothing here: ``chexpercept.files.read_json``
+pauses the garbage collector while it parses.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 _trim: Callable[[int], int] | None = None
 _looked_up = False
@@ -32,18 +29,3 @@ def release_free_memory() -> None:
             _trim = None
     if _trim is not None:
         _trim(0)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (for ``json.loads`` of a large file).
-
-    Only for code that creates no reference cycles; the collector's previous state is restored.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -26,10 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chexpercept import io
-from chexpercept.analysis._memory import gc_paused
 from chexpercept.errors import ChexperceptError, InputError, SchemaError
 from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.run_store import RunStore
 from chexpercept.schema import ATTRIBUTE_KEYS, STATUSES, parse_all_results
 
 logger = logging.getLogger(__name__)
@@ -481,16 +480,17 @@ def case_table(name: str, records: Mapping[str, Any], *, source: str | Path = "a
     return _table(name, _scan(records, source, limit), key_pool)
 
 
-def read_case_table(path: str | Path, name: str, *, limit: int | None = None,
+def read_case_table(run_dir: str | Path, name: str, *, limit: int | None = None,
                     key_pool: dict[str, str] | None = None
                     ) -> tuple[CaseTable, dict[str, str]]:
-    """Read one ``all_results.json`` (once) into its :class:`CaseTable`.
+    """Read one run's ``all_results.json`` (once, through its run store) into its table.
 
     The cases Stage 03 marked unfinished are removed first (:func:`split_unfinished`); the
     parsed file is dropped before the table is built, so only the table outlives the call.
 
     Args:
-        path: The run's ``all_results.json``.
+        run_dir: The run folder (``<results-dir>/<run>/oracle_<setting>/``), read through
+            :class:`chexpercept.run_store.RunStore`.
         name: Run folder name (the table's ``name``).
         limit: Score only the first ``limit`` finished cases in file order (``--limit``);
             None scores all.
@@ -504,8 +504,10 @@ def read_case_table(path: str | Path, name: str, *, limit: int | None = None,
         InputError: If the file is missing.
         SchemaError: On invalid JSON, or any problem listed by :func:`case_table`.
     """
-    with gc_paused():  # parsed JSON is acyclic
-        data = io.read_json(path)
+    store = RunStore(run_dir)
+    # Validated while scanned (_scan names every bad key_id), not twice.
+    data = store.read_results(validate=False, missing_ok=False)
+    path = store.results_path
     unfinished = split_unfinished(path, data)
     scan = _scan(data, path, limit)
     del data  # the parsed file is not needed to build the table

@@ -17,7 +17,6 @@ import numpy as np
 from pydantic import ValidationError
 
 from chexpercept import io
-from chexpercept.analysis._memory import gc_paused
 from chexpercept.analysis.case_table import (
     METRIC_INDEX,
     METRICS,
@@ -168,8 +167,7 @@ def load_chance_or_none(benchmark_dir: str | Path | None
         return None
     path = Path(benchmark_dir) / "chexpercept.json"
     try:
-        with gc_paused():  # parsed JSON is acyclic
-            data = io.read_json(path)
+        data = io.read_json(path)
     except ChexperceptError as exc:
         logger.warning("benchmark not available (%s): chance rows are NA",
                        str(exc).splitlines()[0])

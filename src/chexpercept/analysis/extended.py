@@ -145,7 +145,7 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
         SchemaError: On invalid JSON, or naming the file and every key_id whose record
             breaks the schema, cannot be scored or has an unknown status.
     """
-    table, unfinished = read_case_table(run.all_results, run.name, limit=limit,
+    table, unfinished = read_case_table(run.run_dir, run.name, limit=limit,
                                         key_pool=key_pool)
     warn_incomplete(run, table)
     return RunAnalysis(run, run_metrics(table, run.name), table,

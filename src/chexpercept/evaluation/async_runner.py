@@ -4,7 +4,7 @@ Writes exactly what :func:`chexpercept.evaluation.runner.run_evaluation` writes
 (``run_manifest.json``, ``records.jsonl``, ``faults.jsonl``, ``all_results.json``) with the same
 resume and manifest rules: both go through one
 :class:`~chexpercept.evaluation.session.RunSession`; dialogue, oracle, parsing, scoring and the
-run folder live only there and in :mod:`chexpercept.evaluation.store`.
+run folder live only there and in :mod:`chexpercept.run_store`.
 
 Scheduling (docs/design.md, "Concurrency"): ``2 * concurrency`` workers
 each take the next unfinished case and run its turns in order, one ``model.agenerate`` per
@@ -59,7 +59,7 @@ from chexpercept.evaluation.session import (
     encode_results,
     open_session,
 )
-from chexpercept.evaluation.store import FSYNC_EVERY, FSYNC_INTERVAL_S
+from chexpercept.run_store import FSYNC_EVERY, FSYNC_INTERVAL_S
 from utils.llm.base import ChatModel
 from utils.llm.retry import CURRENT_SLOT, InFlightSlot
 

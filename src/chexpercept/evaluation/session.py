@@ -1,7 +1,7 @@
 """Stage 03: what both runners share: settings, per-case state, scoring and the run session.
 
 A :class:`RunSession` (:func:`open_session`) opens the run folder through the
-:class:`~chexpercept.evaluation.store.RunStore`, rebuilds every case's conversation from its
+:class:`~chexpercept.run_store.RunStore`, rebuilds every case's conversation from its
 records (recorded turns are never asked again; oracle patches included) and hands each new
 completion to the store: an answer is scored and appended to ``records.jsonl``; a fault (no
 answer) goes to ``faults.jsonl`` and its case waits, unfinished (docs/engines.md, "Faults").
@@ -35,7 +35,7 @@ from chexpercept.evaluation.dialogue import (
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
-from chexpercept.evaluation.store import (
+from chexpercept.run_store import (
     FSYNC_EVERY,
     FSYNC_INTERVAL_S,
     SELECTION_FIELD,

@@ -22,8 +22,8 @@ from typing import Any
 from chexpercept import io
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import Bundle, plan_cases
-from chexpercept.evaluation.store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
 from chexpercept.rng import stable_hash
+from chexpercept.run_store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
 
 logger = logging.getLogger(__name__)
 

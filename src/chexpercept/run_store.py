@@ -1,0 +1,323 @@
+"""The run store: the one owner of a Stage 03 run folder (Stage 03 writes it, Stage 04 reads it).
+
+See docs/evaluation_protocol.md, "Run folder".
+
+A run folder (``io.eval_run_dir``, or ``io.eval_part_dir`` for one part of a sharded run) holds:
+
+- ``run_manifest.json``: what the run is (the identity fields, compared on resume) and where it
+  ran (git state, packages; not compared);
+- ``records.jsonl``: one line per answered turn, appended as the turn completes: the source of
+  truth a resumed run is rebuilt from;
+- ``faults.jsonl``: one line per turn that got no answer (a fault, never scored;
+  docs/engines.md, "Faults");
+- ``all_results.json``: the release's per-case results, rewritten atomically from the records.
+
+Every runner, the shard merge and Stage 04 go through :class:`RunStore`; nothing else opens these
+files. Durability: each record is written and flushed to the OS as its turn completes, so a killed
+process (SIGKILL) loses at most the requests in flight; ``fsync`` runs every ``fsync_every``
+records or ``fsync_interval_s`` seconds and at close (an fsync per record would stall the async
+runner's event loop; only a machine crash can lose the un-fsynced tail). A partial last line left
+by a killed writer is dropped when the records are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from chexpercept import io, schema
+from chexpercept.errors import ConfigError, SchemaError
+
+logger = logging.getLogger(__name__)
+
+#: Manifest fields that must match for a run to be resumed (or parts to be merged).
+IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
+                   "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
+                   "sharding")
+#: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
+SELECTION_FIELD = "selection"
+#: fsync ``records.jsonl`` after this many appended records ...
+FSYNC_EVERY = 256
+#: ... or after this many seconds, whichever comes first.
+FSYNC_INTERVAL_S = 1.0
+
+#: key_id -> turn name -> record.
+Records = dict[str, dict[str, dict[str, Any]]]
+
+
+def identity_diffs(old: Mapping[str, Any], new: Mapping[str, Any], *, old_name: str,
+                   new_name: str, sep: str = ": ", skip: Sequence[str] = ()) -> list[str]:
+    """One line per identity field (:data:`IDENTITY_FIELDS`) whose values differ.
+
+    Args:
+        old: One manifest.
+        new: The other manifest.
+        old_name: How the messages name ``old`` ("run folder", "part 0").
+        new_name: How they name ``new``.
+        sep: Text between a name and its value.
+        skip: Identity fields not compared.
+
+    Returns:
+        ``'<field>' (<old_name><sep><value>, <new_name><sep><value>)`` lines; empty when they
+        agree.
+    """
+    return [f"'{k}' ({old_name}{sep}{old.get(k)!r}, {new_name}{sep}{new.get(k)!r})"
+            for k in IDENTITY_FIELDS if k not in skip and old.get(k) != new.get(k)]
+
+
+class RecordWriter:
+    """Append-only JSONL writer: flush per record, fsync in batches (see the module docstring).
+
+    Args:
+        path: ``records.jsonl``.
+        fsync_every: Records between two fsyncs.
+        fsync_interval_s: Seconds between two fsyncs.
+
+    Attributes:
+        written: Records written since it was opened.
+    """
+
+    def __init__(self, path: Path, fsync_every: int = FSYNC_EVERY,
+                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.fsync_every = fsync_every
+        self.fsync_interval_s = fsync_interval_s
+        self._pending = 0
+        self._last_sync = time.monotonic()
+        self.written = 0
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Write one record line and flush it to the OS."""
+        # json handles the record's dicts/lists/tuples natively; to_jsonable only for the rest
+        # (Paths, numpy scalars): walking every record with it cost ~0.4 ms per turn.
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=io.to_jsonable) + "\n")
+        self._fh.flush()
+        self.written += 1
+        self._pending += 1
+        if (self._pending >= self.fsync_every
+                or time.monotonic() - self._last_sync >= self.fsync_interval_s):
+            self.sync()
+
+    def sync(self) -> None:
+        """Fsync what was written."""
+        if self._pending:
+            os.fsync(self._fh.fileno())
+            self._pending = 0
+        self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        """Fsync, then close (idempotent)."""
+        if not self._fh.closed:
+            self.sync()
+            self._fh.close()
+
+
+class RunStore:
+    """A Stage 03 run folder: its manifest, records, faults and ``all_results.json``.
+
+    Args:
+        run_dir: The run folder (created by :meth:`open`).
+
+    Attributes:
+        run_dir: The run folder.
+        manifest_path: ``run_manifest.json``.
+        records_path: ``records.jsonl``.
+        faults_path: ``faults.jsonl``.
+        results_path: ``all_results.json``.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.manifest_path = io.run_manifest_path(self.run_dir)
+        self.records_path = io.records_path(self.run_dir)
+        self.faults_path = io.faults_path(self.run_dir)
+        self.results_path = io.all_results_path(self.run_dir)
+
+    # -- manifest ---------------------------------------------------------------------------
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when the folder has none.
+
+        Raises:
+            SchemaError: If the file is not valid JSON.
+        """
+        return io.read_json(self.manifest_path) if self.manifest_path.is_file() else None
+
+    def open(self, manifest: Mapping[str, Any], *, overwrite: bool = False) -> bool:
+        """Create the run (write ``manifest``) or check that it is the run already there.
+
+        Args:
+            manifest: The command's manifest (``session.build_manifest``).
+            overwrite: Delete the folder's manifest, records, faults and results first.
+
+        Returns:
+            True when an existing run is resumed.
+
+        Raises:
+            ConfigError: If the folder's manifest differs in an identity field (names each
+                field), or the folder holds outputs but no manifest.
+        """
+        outputs = (self.records_path, self.faults_path, self.results_path)
+        if overwrite:
+            for path in (self.manifest_path, *outputs):
+                if path.exists():
+                    path.unlink()
+                    logger.info("--overwrite: removed %s", path)
+        existing = self.read_manifest()
+        if existing is not None:
+            diffs = identity_diffs(existing, manifest, old_name="run folder has",
+                                   new_name="this command has", sep=" ")
+            if diffs:
+                raise ConfigError(f"{self.manifest_path}: cannot resume this run: field(s) "
+                                  f"differ: {'; '.join(diffs)}. Use --overwrite to start "
+                                  f"afresh, or another --output-path.")
+            logger.info("resuming the run in %s", self.run_dir)
+            return True
+        leftovers = [str(p) for p in outputs if p.exists()]
+        if leftovers:
+            raise ConfigError(f"{self.run_dir}: holds {', '.join(leftovers)} but no "
+                              f"run_manifest.json (an older or foreign run); use --overwrite to "
+                              f"start afresh, or another --output-path.")
+        io.write_json_atomic(self.manifest_path, io.to_jsonable(dict(manifest)))
+        return False
+
+    # -- records and faults -----------------------------------------------------------------
+    @staticmethod
+    def _repair(path: Path) -> None:
+        """Drop a partial last line left by a killed writer, so appends stay line-aligned."""
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            logger.warning("%s: dropping an incomplete last line (%d bytes)", path,
+                           len(data) - cut)
+            io.write_bytes_atomic(path, data[:cut])
+
+    def load_records(self) -> Records:
+        """Repair a torn last line, then index the records by key_id and turn.
+
+        A duplicate (key_id, turn) keeps its first record (logged).
+
+        Raises:
+            SchemaError: On a line that is not JSON or a record without ``key_id``/``turn``.
+        """
+        self._repair(self.records_path)
+        by_case: Records = {}
+        for rec in io.read_jsonl(self.records_path):
+            try:
+                key_id, turn = rec["key_id"], rec["turn"]
+            except (KeyError, TypeError):
+                raise SchemaError(f"{self.records_path}: record without key_id/turn: "
+                                  f"{rec!r}") from None
+            turns = by_case.setdefault(key_id, {})
+            if turn in turns:
+                logger.warning("%s: duplicate record for %s/%s; keeping the first",
+                               self.records_path, key_id, turn)
+                continue
+            turns[turn] = rec
+        return by_case
+
+    def recorded_turns(self) -> dict[str, set[str]]:
+        """key_id -> the turn names that have a record (read only: no repair)."""
+        out: dict[str, set[str]] = {}
+        for rec in io.read_jsonl(self.records_path):
+            out.setdefault(str(rec.get("key_id")), set()).add(str(rec.get("turn")))
+        return out
+
+    def writer(self, fsync_every: int = FSYNC_EVERY,
+               fsync_interval_s: float = FSYNC_INTERVAL_S) -> RecordWriter:
+        """A writer appending to ``records.jsonl`` (the caller closes it)."""
+        return RecordWriter(self.records_path, fsync_every, fsync_interval_s)
+
+    def append_fault(self, fault: Mapping[str, Any]) -> None:
+        """Append one no-answer entry to ``faults.jsonl`` (fsync'd: faults are rare).
+
+        A torn last line (a killed writer) is dropped first, so the entry starts a line.
+        """
+        self._repair(self.faults_path)
+        io.append_jsonl(self.faults_path, fault)
+
+    def _faults(self) -> list[dict[str, Any]]:
+        """The entries of ``faults.jsonl``; a line that is no JSON object is skipped (warned).
+
+        The file is a log of what got no answer, not a source of truth: a bad line must not
+        stop a resume.
+        """
+        out = []
+        if not self.faults_path.is_file():
+            return out
+        for number, line in enumerate(self.faults_path.read_text(encoding="utf-8",
+                                                                 errors="replace")
+                                      .splitlines(), 1):
+            try:
+                entry = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                entry = "?"
+            if entry is None:
+                continue
+            if not isinstance(entry, dict):
+                logger.warning("%s: line %d is not a fault entry; skipped", self.faults_path,
+                               number)
+                continue
+            out.append(entry)
+        return out
+
+    def unanswered(self, records: Records) -> dict[str, str]:
+        """key_id -> reason of the last fault whose turn still has no record."""
+        out: dict[str, str] = {}
+        for rec in self._faults():
+            key_id, turn = rec.get("key_id"), rec.get("turn")
+            if isinstance(key_id, str) and turn not in records.get(key_id, {}):
+                out[key_id] = str(rec.get("error") or "no answer")
+        return out
+
+    # -- all_results.json -------------------------------------------------------------------
+    def write_results(self, members: Iterable[str]) -> None:
+        """Write ``all_results.json`` atomically from encoded members.
+
+        Args:
+            members: ``"<key_id>": <indent-2 value shifted one level>`` texts in file order
+                (``session.encode_member``); the file is then byte-identical to
+                ``io.write_json_atomic`` of the same object.
+        """
+        members = list(members)
+        io.write_text_atomic(self.results_path, "{\n  " + ",\n  ".join(members) + "\n}\n"
+                             if members else "{}\n")
+
+    def read_results(self, *, validate: bool = True, missing_ok: bool = True) -> Any:
+        """The parsed ``all_results.json``.
+
+        Args:
+            validate: Check the file against the schema (``schema.parse_all_results``). Stage 04
+                passes False: its case table validates every block it scores, naming the
+                key_ids (``analysis.case_table``), so a second pass would only cost time.
+            missing_ok: Return ``{}`` when the file does not exist yet (a run not started);
+                False raises instead.
+
+        Raises:
+            InputError: If the file is missing and ``missing_ok`` is False.
+            SchemaError: If the file is not valid JSON or (``validate``) fails the schema;
+                the message names the file.
+        """
+        if missing_ok and not self.results_path.is_file():
+            return {}
+        data = io.read_json(self.results_path)
+        if validate:
+            schema.parse_all_results(data, self.results_path)
+        return data
+
+    def write_merged(self, results: Mapping[str, Any], manifest: Mapping[str, Any]) -> Path:
+        """Write a merged run: ``all_results.json`` then ``run_manifest.json`` (each atomic).
+
+        Returns:
+            The ``all_results.json`` path.
+        """
+        io.write_json_atomic(self.results_path, io.to_jsonable(dict(results)))
+        io.write_json_atomic(self.manifest_path, io.to_jsonable(dict(manifest)))
+        return self.results_path
