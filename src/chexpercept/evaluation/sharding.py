@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,54 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
                           f"--output-path for sharded runs.")
     wanted = list(bundle.items) if key_ids is None else list(key_ids)
     problems: list[str] = []
+    manifests = _part_manifests(run_dir, total_parts, problems)
+    first_part = min(manifests)
+    warnings = _check_manifests(bundle, manifests, selection, problems)
+    planned = {c.key_id: c for c in plan_cases(bundle, [k for k in wanted if k in bundle.items])}
+    unknown = [k for k in wanted if k not in bundle.items]
+    if unknown:
+        problems.append(f"{len(unknown)} selected key_id(s) not in {bundle.layout.json_path}: "
+                        f"{', '.join(unknown[:_MAX_LISTED])}")
+    incomplete: list[str] = []
+    part_results = {part: _check_part(bundle, RunStore(io.eval_part_dir(run_dir, part,
+                                                                        total_parts)),
+                                      part, total_parts, wanted, planned, incomplete, problems)
+                    for part in manifests}
+    if incomplete:
+        problems.append(f"{len(incomplete)} case(s) are incomplete (re-run their part's "
+                        f"command to finish them):\n    " + "\n    ".join(
+                            incomplete[:_MAX_LISTED])
+                        + (f"\n    ... and {len(incomplete) - _MAX_LISTED} more"
+                           if len(incomplete) > _MAX_LISTED else ""))
+    if problems:
+        raise InputError(f"{run_dir}: cannot merge {total_parts} part(s); {len(problems)} "
+                         f"problem(s):\n  " + _listed(problems))
+    merged: dict[str, Any] = {}
+    counts = [0] * total_parts
+    for key_id in bundle.items:
+        for part, results in part_results.items():
+            if key_id in results:
+                merged[key_id] = results[key_id]
+                counts[part] += 1
+    manifest = {**manifests[first_part],
+                SHARDING_FIELD: {"total_parts": total_parts, "merged": True},
+                "parts": [{"part": p, "run_dir": str(io.eval_part_dir(run_dir, p, total_parts)),
+                           **{k: v for k, v in _part_env(manifests[p]).items()
+                              if k != SHARDING_FIELD}}
+                          for p in sorted(manifests)],
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    for warning in warnings:
+        logger.warning("%s", warning)
+    return MergedRun(merged, manifest, counts, warnings)
+
+
+def _part_manifests(run_dir: Path, total_parts: int,
+                    problems: list[str]) -> dict[int, dict[str, Any]]:
+    """Each part's manifest (a missing or mislabelled one is a problem).
+
+    Raises:
+        InputError: If no part has a usable manifest (lists ``problems``).
+    """
     manifests: dict[int, dict[str, Any]] = {}
     for part in range(total_parts):
         part_store = RunStore(io.eval_part_dir(run_dir, part, total_parts))
@@ -162,16 +210,24 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
         if manifest is None:
             problems.append(f"part {part} of {total_parts} is missing: no {path} (run 00_eval.py "
                             f"with --part {part} --total-parts {total_parts})")
-            continue
-        if manifest.get(SHARDING_FIELD) != part_sharding(part, total_parts):
+        elif manifest.get(SHARDING_FIELD) != part_sharding(part, total_parts):
             problems.append(f"{path}: holds sharding {manifest.get(SHARDING_FIELD)!r}, expected "
                             f"{part_sharding(part, total_parts)}")
-            continue
-        manifests[part] = manifest
+        else:
+            manifests[part] = manifest
     if not manifests:
         raise InputError(f"{run_dir}: cannot merge {total_parts} part(s):\n  "
                          + _listed(problems))
+    return manifests
 
+
+def _check_manifests(bundle: Bundle, manifests: dict[int, dict[str, Any]],
+                     selection: dict[str, int | None] | None, problems: list[str]) -> list[str]:
+    """Compare the parts' manifests with the first part's and with the bundle.
+
+    Appends each difference that forbids the merge to ``problems``; returns the warnings
+    (code version, packages).
+    """
     first_part = min(manifests)
     reference = manifests[first_part]
     if reference.get("benchmark_json_sha256") != bundle.json_sha256:
@@ -197,70 +253,41 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
         if diffs:
             problems.append(f"part {part} was run with other settings than part {first_part}: "
                             + "; ".join(diffs))
-        for k in ("git_commit", "packages"):
-            if manifest.get(k) != reference.get(k):
-                warnings.append(f"parts {first_part} and {part} differ in {k}")
+        warnings += [f"parts {first_part} and {part} differ in {k}"
+                     for k in ("git_commit", "packages") if manifest.get(k) != reference.get(k)]
+    return warnings
 
-    planned = {c.key_id: c for c in plan_cases(bundle, [k for k in wanted if k in bundle.items])}
-    unknown = [k for k in wanted if k not in bundle.items]
-    if unknown:
-        problems.append(f"{len(unknown)} selected key_id(s) not in {bundle.layout.json_path}: "
-                        f"{', '.join(unknown[:_MAX_LISTED])}")
-    part_results: dict[int, dict[str, Any]] = {}
-    incomplete: list[str] = []
-    for part in manifests:
-        part_dir = io.eval_part_dir(run_dir, part, total_parts)
-        part_store = RunStore(part_dir)
-        recorded = part_store.recorded_turns()
-        results_path = part_store.results_path
-        results = part_store.read_results()
-        part_results[part] = results
-        stale = []
-        for key_id in wanted:
-            if key_id not in planned or part_of(key_id, total_parts) != part:
-                continue
-            missing = [t.spec.name for t in planned[key_id].turns
-                       if t.spec.name not in recorded.get(key_id, set())]
-            if missing:
-                incomplete.append(f"part {part}: {key_id} lacks {', '.join(missing)}")
-            elif key_id not in results:
-                stale.append(key_id)
-        if stale:
-            problems.append(f"{results_path} lacks {len(stale)} finished case(s) (e.g. "
-                            f"{stale[0]}); re-run the part's command to rebuild it (no request "
-                            f"is sent again)")
-        foreign = [k for k in (*results, *recorded) if k in bundle.items
-                   and part_of(k, total_parts) != part]
-        if foreign:
-            problems.append(f"{part_dir} holds {len(set(foreign))} case(s) of other parts (e.g. "
-                            f"{foreign[0]}); was it run with another --total-parts?")
-    if incomplete:
-        problems.append(f"{len(incomplete)} case(s) are incomplete (re-run their part's "
-                        f"command to finish them):\n    " + "\n    ".join(
-                            incomplete[:_MAX_LISTED])
-                        + (f"\n    ... and {len(incomplete) - _MAX_LISTED} more"
-                           if len(incomplete) > _MAX_LISTED else ""))
-    if problems:
-        raise InputError(f"{run_dir}: cannot merge {total_parts} part(s); {len(problems)} "
-                         f"problem(s):\n  " + _listed(problems))
 
-    merged: dict[str, Any] = {}
-    counts = [0] * total_parts
-    for key_id in bundle.items:
-        for part, results in part_results.items():
-            if key_id in results:
-                merged[key_id] = results[key_id]
-                counts[part] += 1
-    manifest = {**reference,
-                SHARDING_FIELD: {"total_parts": total_parts, "merged": True},
-                "parts": [{"part": p, "run_dir": str(io.eval_part_dir(run_dir, p, total_parts)),
-                           **{k: v for k, v in _part_env(manifests[p]).items()
-                              if k != SHARDING_FIELD}}
-                          for p in sorted(manifests)],
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    for warning in warnings:
-        logger.warning("%s", warning)
-    return MergedRun(merged, manifest, counts, warnings)
+def _check_part(bundle: Bundle, part_store: RunStore, part: int, total_parts: int,
+                wanted: Sequence[str], planned: Mapping[str, Any], incomplete: list[str],
+                problems: list[str]) -> dict[str, Any]:
+    """One part's ``all_results.json``, after checking it against its records.
+
+    Appends to ``incomplete`` each of the part's selected cases that lacks a turn, and to
+    ``problems`` finished cases missing from ``all_results.json`` and cases of other parts.
+    """
+    recorded = part_store.recorded_turns()
+    results = part_store.read_results()
+    stale = []
+    for key_id in wanted:
+        if key_id not in planned or part_of(key_id, total_parts) != part:
+            continue
+        missing = [t.spec.name for t in planned[key_id].turns
+                   if t.spec.name not in recorded.get(key_id, set())]
+        if missing:
+            incomplete.append(f"part {part}: {key_id} lacks {', '.join(missing)}")
+        elif key_id not in results:
+            stale.append(key_id)
+    if stale:
+        problems.append(f"{part_store.results_path} lacks {len(stale)} finished case(s) (e.g. "
+                        f"{stale[0]}); re-run the part's command to rebuild it (no request "
+                        f"is sent again)")
+    foreign = [k for k in (*results, *recorded) if k in bundle.items
+               and part_of(k, total_parts) != part]
+    if foreign:
+        problems.append(f"{part_store.run_dir} holds {len(set(foreign))} case(s) of other parts "
+                        f"(e.g. {foreign[0]}); was it run with another --total-parts?")
+    return results
 
 
 def _selection_flags(selection: Any) -> str:
