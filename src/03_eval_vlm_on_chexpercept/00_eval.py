@@ -51,6 +51,8 @@ from utils.llm.registry import (
     PROVIDERS,
     default_model,
     is_plugin_spec,
+    provider_class,
+    provider_options,
 )
 from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
 
@@ -245,13 +247,20 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                             "(default: off).")
 
 
-def _api_options(args: argparse.Namespace) -> dict[str, object]:
-    """The API-provider flags that were given, as ``create_model`` options."""
+def _api_options(args: argparse.Namespace, provider: str) -> dict[str, object]:
+    """The API-provider flags that were given, as ``create_model`` options.
+
+    ``--concurrency`` is a provider option only for the providers that take it (the API
+    providers' request pool); for the others it sets the async runner's requests in flight
+    (``evaluate(concurrency=...)``) and is not passed to the provider.
+    """
     names = {"base_url": "base_url", "deployment": "deployment", "api_keys": "api_keys",
-             "concurrency": "concurrency", "max_retries": "max_retries",
+             "max_retries": "max_retries",
              "request_timeout": "timeout_s", "reasoning_effort": "reasoning_effort",
              "extra_body": "extra_body", "max_image_side": "max_image_side",
              "max_image_pixels": "max_image_pixels", "server_wait": "server_wait_s"}
+    if "concurrency" in provider_options(provider_class(provider)):
+        names["concurrency"] = "concurrency"
     return {option: getattr(args, flag) for flag, option in names.items()
             if getattr(args, flag) is not None}
 
@@ -377,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens,
         max_consecutive_faults=args.max_consecutive_faults,
         give_up_unanswered=args.give_up_unanswered, progress=progress, on_run_dir=start_log,
-        provider_options={**_local_model_options(args), **_api_options(args)})
+        provider_options={**_local_model_options(args), **_api_options(args, provider)})
     logger.info("%s", summary.line())
     return unfinished_exit_code(summary)
 

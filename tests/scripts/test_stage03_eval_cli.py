@@ -99,3 +99,14 @@ def test_missing_vllm_is_a_clean_error(main, bench, tmp_path, capsys, monkeypatc
 def test_default_provider_without_api_keys_file(main, bench, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no api_info/api_keys.yaml anywhere (docs/differences.md D33)
     assert run_main(main, _args(bench, tmp_path / "out", "--provider", "random")) == 0
+
+
+def test_concurrency_goes_to_the_provider_only_where_it_is_an_option(main, bench, tmp_path):
+    """--concurrency sets the async runner's requests in flight for a local engine; it is not
+    a provider option there (the vLLM and transformers configs have none), so it must not be
+    passed to the provider (it was: 'provider ... has no option(s) concurrency')."""
+    script = runpy.run_path(str(SCRIPT), run_name="stage03_eval_opts")
+    args = script["build_parser"]().parse_args(_args(bench, tmp_path, "--concurrency", "4"))
+    assert "concurrency" not in script["_api_options"](args, "transformers")
+    assert "concurrency" not in script["_api_options"](args, "opensource")
+    assert script["_api_options"](args, "openai")["concurrency"] == 4

@@ -22,16 +22,10 @@ from utils.errors import ConfigError, ProviderError
 from utils.llm import _images
 from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest
 from utils.llm.retry import Failure, RequestFailed, Retrier, RetriesExhausted, RetryPolicy
+from utils.llm.settings import ApiConfig
 
 logger = logging.getLogger(__name__)
 
-#: Default requests in flight (``--concurrency``).
-DEFAULT_CONCURRENCY = 16
-#: Default per-attempt HTTP timeout in seconds (``--request-timeout``).
-DEFAULT_TIMEOUT_S = 600.0
-#: Output-token budget per call (``max_completion_tokens`` / ``max_output_tokens`` 8192 in the
-#: release; docs/evaluation_protocol.md, "Providers").
-DEFAULT_MAX_OUTPUT_TOKENS = 8192
 #: Encoded images kept in memory, at least; a case resends its earlier images every turn
 #: (docs/evaluation_protocol.md, "Prompt structure"), so the cache must hold the images of every
 #: open case: the async runner keeps ``2 * concurrency`` cases open (a case in retry backoff
@@ -157,45 +151,28 @@ class ApiChatModel(ChatModel):
 
     Args:
         model: Model id (pricing, reasoning detection, run folder name).
-        max_retries: Retries per request after the first attempt (``--max-retries``).
-        concurrency: Threads used by the synchronous :meth:`generate` (the async runner bounds
-            concurrency itself).
-        timeout_s: Per-attempt HTTP timeout in seconds.
-        retry_policy: Full policy; overrides ``max_retries`` when given (tests).
-        max_image_side: Downscale images whose longest side exceeds this many pixels before
-            sending (``--max-image-side``; None sends the bundle's files as they are).
-        max_image_pixels: Downscale images with more pixels than this (``--max-image-pixels``).
-
-    Raises:
-        ConfigError: If an image bound is below 1.
+        config: The provider's settings, already validated (an :class:`~utils.llm.settings.
+            ApiConfig` subclass; docs/engines.md, "Provider settings").
+        retry_policy: Full retry policy; overrides ``config.max_retries`` when given (tests).
     """
 
     supports_async = True
 
-    def __init__(self, model: str, *, max_retries: int = 6,
-                 concurrency: int = DEFAULT_CONCURRENCY, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 retry_policy: RetryPolicy | None = None, max_image_side: int | None = None,
-                 max_image_pixels: int | None = None) -> None:
+    def __init__(self, model: str, config: ApiConfig, *,
+                 retry_policy: RetryPolicy | None = None) -> None:
         super().__init__(model)
+        self.config = config
         for name in ("httpx2", "httpx"):  # one INFO line per HTTP request otherwise
             sdk_logger = logging.getLogger(name)
             if sdk_logger.level == logging.NOTSET:
                 sdk_logger.setLevel(logging.WARNING)
-        for name, value in (("max_retries", max_retries), ("concurrency", concurrency)):
-            if isinstance(value, bool) or not isinstance(value, int) or \
-                    value < (0 if name == "max_retries" else 1):
-                raise ConfigError(f"{self.provider}: {name} must be an integer >= "
-                                  f"{0 if name == 'max_retries' else 1}, got {value!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or \
-                not timeout_s > 0:
-            raise ConfigError(f"{self.provider}: timeout_s must be a number > 0, got "
-                              f"{timeout_s!r}")
-        self.concurrency = concurrency
-        self.timeout_s = float(timeout_s)
-        self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(max_retries)),
+        self.concurrency = config.concurrency
+        self.timeout_s = float(config.timeout_s)
+        self.retrier = Retrier(retry_policy or RetryPolicy(max_retries=int(config.max_retries)),
                                self._classify_fault, self.provider)
         self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency),
-                                 max_side=max_image_side, max_pixels=max_image_pixels)
+                                 max_side=config.max_image_side,
+                                 max_pixels=config.max_image_pixels)
 
     # -- subclass hooks -------------------------------------------------------------------
     @abc.abstractmethod

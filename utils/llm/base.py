@@ -11,9 +11,10 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from utils.errors import ProviderError
+from utils.llm.settings import ProviderConfig
 from utils.status import Status
 
 Role = Literal["system", "user", "assistant"]
@@ -149,8 +150,33 @@ class ChatModel(abc.ABC):
     #: request; no request carries a ground truth (docs/evaluation_protocol.md, "Providers").
     needs_answer_key: bool = False
 
+    #: The class of the provider's settings (docs/engines.md, "Provider settings"): its fields
+    #: are the options ``create_model`` takes. None for a plugin that declares none (it gets
+    #: whatever keywords its ``__init__`` names).
+    config_class: ClassVar[type[ProviderConfig] | None] = None
+
     def __init__(self, model: str) -> None:
         self.model = model
+
+    @classmethod
+    def make_config(cls, config: ProviderConfig | None,
+                    options: Mapping[str, Any]) -> ProviderConfig:
+        """``config`` (or the defaults) with ``options`` merged in, validated.
+
+        Args:
+            config: A :attr:`config_class` instance, or None.
+            options: Option keywords given to the constructor.
+
+        Returns:
+            The provider's config.
+
+        Raises:
+            ConfigError: Naming every option :attr:`config_class` does not have, every invalid
+                value, or a ``config`` of another class.
+        """
+        if cls.config_class is None:
+            raise TypeError(f"{cls.__name__} declares no config_class")
+        return cls.config_class.from_options(options, base=config, provider=cls.provider)
 
     def set_answer_key(self, answers: Mapping[str, int | tuple[int, ...]]) -> None:
         """Receive the answers of every request the run may send.

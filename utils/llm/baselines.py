@@ -17,6 +17,7 @@ import numpy as np
 from utils.errors import ProviderError
 from utils.llm._hashing import stable_hash
 from utils.llm.base import ChatModel, Completion, TurnRequest
+from utils.llm.settings import ProviderConfig, RandomConfig
 
 
 def _require_meta(request: TurnRequest, key: str) -> Any:
@@ -40,9 +41,12 @@ class DummyModel(ChatModel):
     """
 
     provider = "dummy"
+    config_class = ProviderConfig
 
-    def __init__(self, model: str = "baseline", **options: Any) -> None:
+    def __init__(self, model: str = "baseline", config: ProviderConfig | None = None,
+                 **options: Any) -> None:
         super().__init__(model)
+        self.config = self.make_config(config, options)  # run options only (ignored)
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer ``1`` to every request."""
@@ -59,10 +63,13 @@ class RandomModel(ChatModel):
     """
 
     provider = "random"
+    config_class = RandomConfig
 
-    def __init__(self, model: str = "baseline", *, seed: int = 0, **options: Any) -> None:
+    def __init__(self, model: str = "baseline", config: RandomConfig | None = None,
+                 **options: Any) -> None:
         super().__init__(model)
-        self.seed = int(seed)
+        self.config: RandomConfig = self.make_config(config, options)
+        self.seed = int(self.config.seed)
 
     def describe(self) -> dict[str, Any]:
         """Provider, model and seed."""
@@ -96,10 +103,13 @@ class OracleModel(ChatModel):
     """
 
     provider = "oracle"
+    config_class = ProviderConfig
     needs_answer_key = True
 
-    def __init__(self, model: str = "baseline", **options: Any) -> None:
+    def __init__(self, model: str = "baseline", config: ProviderConfig | None = None,
+                 **options: Any) -> None:
         super().__init__(model)
+        self.config = self.make_config(config, options)  # run options only (ignored)
         self._answers: dict[str, int | tuple[int, ...]] = {}
 
     def set_answer_key(self, answers: Mapping[str, int | tuple[int, ...]]) -> None:

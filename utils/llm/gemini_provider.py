@@ -37,21 +37,16 @@ from typing import Any
 
 from utils.deps import require
 from utils.errors import ConfigError
-from utils.llm._api import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    ApiChatModel,
-    LoopBound,
-    answer_completion,
-)
+from utils.llm._api import ApiChatModel, LoopBound, answer_completion
 from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
-from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after, status_kind
+from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after, status_kind
+from utils.llm.settings import THINKING_LEVELS as THINKING_LEVELS
+from utils.llm.settings import GeminiConfig
 from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: Thinking levels of Gemini 3 (``--reasoning-effort`` for this provider).
-THINKING_LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high")
 #: Default Gemini 3 thinking level (docs/evaluation_protocol.md, "Providers").
 DEFAULT_THINKING_LEVEL = "medium"
 #: Default Vertex AI location (docs/evaluation_protocol.md, "Providers").
@@ -87,60 +82,45 @@ class GeminiChatModel(ApiChatModel):
 
     Args:
         model: Gemini model id (e.g. ``gemini-3.1-pro-preview``).
-        api_keys: Path of ``api_keys.yaml`` (read only when the environment lacks the values).
-        vertex: Force Vertex AI (True) or the Developer API (False); None: Developer API when an
-            API key is found, else Vertex AI.
-        reasoning_effort: Gemini 3 ``thinking_level`` (one of :data:`THINKING_LEVELS`).
-        max_output_tokens: ``max_output_tokens`` per call.
-        max_new_tokens: ``--max-new-tokens``; when given it replaces ``max_output_tokens``.
-        temperature: None: 1.0 for Gemini 3, else 0.0.
-        seed: Sent with every call.
-        no_thinking: See the module docstring.
-        base_url: Override the API endpoint (tests, proxies).
-        max_image_side, max_image_pixels, max_retries, concurrency, timeout_s, retry_policy: See
-            :class:`~utils.llm._api.ApiChatModel`.
+        config: The settings (:class:`~utils.llm.settings.GeminiConfig`; each option is
+            documented there and in docs/engines.md, "Provider settings"); None: the defaults.
+        retry_policy: Full retry policy; overrides ``max_retries`` when given (tests).
         http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
         env: Environment to read keys from (default ``os.environ``).
-        **options: Options of other providers, ignored.
+        **options: Options of :class:`~utils.llm.settings.GeminiConfig`, merged over
+            ``config``; any other name is an error.
 
     Raises:
         ConfigError: If neither an API key nor a Vertex project is configured (names
             ``GEMINI_API_KEY``/``GOOGLE_API_KEY``, ``gemini.api_key`` and ``gemini.project``),
-            or ``reasoning_effort`` is not a thinking level.
+            or for an unknown option or an invalid value (names it).
         MissingDependencyError: If ``google-genai`` is not installed.
     """
 
     provider = "gemini"
+    config_class = GeminiConfig
 
-    def __init__(self, model: str, *, api_keys: str | Path | None = None,
-                 vertex: bool | None = None, reasoning_effort: str | None = None,
-                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
-                 max_new_tokens: int | None = None,
-                 temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
-                 base_url: str | None = None, max_image_side: int | None = None,
-                 max_image_pixels: int | None = None, max_retries: int = 6,
-                 concurrency: int = 16, timeout_s: float = 600.0, retry_policy: Any = None,
-                 http_client: Any = None, async_http_client: Any = None,
-                 env: Mapping[str, str] | None = None, **options: Any) -> None:
-        super().__init__(model, max_retries=max_retries, concurrency=concurrency,
-                         timeout_s=timeout_s, retry_policy=retry_policy,
-                         max_image_side=max_image_side, max_image_pixels=max_image_pixels)
+    def __init__(self, model: str, config: GeminiConfig | None = None, *,
+                 retry_policy: RetryPolicy | None = None, http_client: Any = None,
+                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
+                 **options: Any) -> None:
+        config = self.make_config(config, options)
+        super().__init__(model, config, retry_policy=retry_policy)
+        self.config: GeminiConfig = config
         self._genai = require("google.genai", "gemini", "the gemini provider")
         self._types = require("google.genai.types", "gemini", "the gemini provider")
         self._errors = require("google.genai.errors", "gemini", "the gemini provider")
         self._httpx2 = require("httpx2", "gemini", "the gemini provider")
         env = os.environ if env is None else env
-        keys = ApiKeys(api_keys)
-        if reasoning_effort is not None and reasoning_effort not in THINKING_LEVELS:
-            raise ConfigError(f"--reasoning-effort for gemini must be one of {THINKING_LEVELS}, "
-                              f"got {reasoning_effort!r}")
-        self.thinking_level = reasoning_effort
-        self.no_thinking = bool(no_thinking)
-        self.max_output_tokens = int(max_new_tokens or max_output_tokens)
-        self.temperature = (temperature if temperature is not None
+        keys = ApiKeys(config.api_keys)
+        vertex = config.vertex
+        self.thinking_level = config.reasoning_effort
+        self.no_thinking = config.no_thinking
+        self.max_output_tokens = int(config.max_new_tokens or config.max_output_tokens)
+        self.temperature = (config.temperature if config.temperature is not None
                             else (1.0 if is_gemini3(model) else 0.0))
-        self.seed = int(seed)
-        self.base_url = base_url
+        self.seed = int(config.seed)
+        self.base_url = config.base_url
         self._http_client = http_client
         self._async_http_client = async_http_client
         self._api_key = None if vertex else resolve(

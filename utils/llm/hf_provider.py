@@ -40,6 +40,7 @@ from utils.llm.chat_format import (
     template_errors,
 )
 from utils.llm.models import DEFAULT_MAX_TOKENS, ModelSpec, model_fingerprint, resolve_model
+from utils.llm.settings import TransformersConfig
 
 logger = logging.getLogger(__name__)
 
@@ -95,53 +96,47 @@ class TransformersChatModel(ChatModel):
 
     Args:
         model: A registered alias, the HF id of one, or any HF id / local folder.
-        model_path: ``--model-path``: load this local folder instead of the HF id.
-        device: ``--device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (spread over the
-            visible GPUs with ``device_map="auto"``, needs accelerate); None: ``auto`` when
-            CUDA is available and accelerate installed, else ``cuda`` when available, else
-            ``cpu``.
-        batch_size: ``--batch-size``: conversations per ``generate`` call (generic path);
-            None uses 8. Hulu-Med always runs one at a time.
-        max_new_tokens: Output-token cap per turn; None uses 8192 (docs/engines.md, "Decoding").
-        no_thinking: Pass ``enable_thinking=False`` to the chat template (models whose template
-            has the switch, and custom models).
-        seed: Recorded only (decoding is greedy).
-        **options: Options of other providers (ignored).
+        config: The settings (:class:`~utils.llm.settings.TransformersConfig`; each option is
+            documented there and in docs/engines.md, "Provider settings"); None: the defaults.
+        **options: Options of :class:`~utils.llm.settings.TransformersConfig`, merged over
+            ``config``; any other name is an error.
 
     Raises:
         MissingDependencyError: If torch or transformers is missing.
-        ConfigError: For a model this provider cannot run, a bad ``device`` or ``batch_size``.
+        ConfigError: For a model this provider cannot run, a bad ``device``, or an unknown
+            option or invalid value (names it).
     """
 
     provider = "transformers"
+    config_class = TransformersConfig
 
-    def __init__(self, model: str, *, model_path: str | None = None, device: str | None = None,
-                 batch_size: int | None = None, max_new_tokens: int | None = None,
-                 no_thinking: bool = False, seed: int = 0, **options: Any) -> None:
+    def __init__(self, model: str, config: TransformersConfig | None = None,
+                 **options: Any) -> None:
         super().__init__(model)
-        self.spec: ModelSpec = resolve_model(model, self.provider, model_path=model_path)
+        config = self.make_config(config, options)
+        self.config: TransformersConfig = config
+        self.spec: ModelSpec = resolve_model(model, self.provider, model_path=config.model_path)
         feature = "the transformers provider"
         self._torch = require("torch", "hf", feature)
         self._transformers = require("transformers", "hf", feature)
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+        batch_size = config.batch_size
         self.hulu = self.spec.hf_interface == "hulu-med"
         self.batch_size = 1 if self.hulu else int(batch_size or DEFAULT_BATCH_SIZE)
         if self.hulu and batch_size not in (None, 1):
             logger.warning("--batch-size %s ignored: Hulu-Med runs one conversation at a time",
                            batch_size)
-        self.max_new_tokens = int(max_new_tokens or DEFAULT_MAX_TOKENS)
-        self.seed = int(seed)
-        self.device, self.device_map = self._resolve_device(device)
+        self.max_new_tokens = int(config.max_new_tokens or DEFAULT_MAX_TOKENS)
+        self.seed = int(config.seed)
+        self.device, self.device_map = self._resolve_device(config.device)
         on_gpu = self.device.startswith("cuda")
         self.dtype_name = "bfloat16" if on_gpu else "float32"
         self._dtype = getattr(self._torch, self.dtype_name)
         self.template_kwargs: dict[str, Any] = {}
-        if no_thinking and self.spec.thinking is False:
+        if config.no_thinking and self.spec.thinking is False:
             logger.warning("--no-thinking: the chat template of %s has no thinking switch; the "
                            "model runs as usual (the run folder still gets _no_thinking)",
                            self.spec.alias)
-        elif no_thinking:
+        elif config.no_thinking:
             self.template_kwargs = {"enable_thinking": False}
         self.transformers_version = str(self._transformers.__version__)
         self._v5 = int(self.transformers_version.split(".")[0]) >= 5

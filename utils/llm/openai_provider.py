@@ -26,29 +26,23 @@ import logging
 import os
 import re
 import time
-import urllib.parse
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from utils.deps import require
-from utils.errors import ConfigError, ProviderError
-from utils.llm._api import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    ApiChatModel,
-    LoopBound,
-    MalformedResponse,
-    answer_completion,
-)
+from utils.errors import ProviderError
+from utils.llm._api import ApiChatModel, LoopBound, MalformedResponse, answer_completion
 from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
-from utils.llm.retry import RETRYABLE_STATUS, Failure, parse_retry_after
+from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after
+from utils.llm.settings import REASONING_EFFORTS as REASONING_EFFORTS
+from utils.llm.settings import AzureConfig, OpenAIConfig, hide_credentials
+from utils.llm.settings import check_base_url as check_base_url
+from utils.llm.settings import check_extra_body as check_extra_body
 from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: ``reasoning_effort`` values the SDK accepts (docs/evaluation_protocol.md, "Providers").
-REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
 #: Default effort of reasoning models (the release sends ``medium``; docs/evaluation_protocol.md,
 #: "Providers").
 DEFAULT_REASONING_EFFORT = "medium"
@@ -67,96 +61,9 @@ _CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
 _CONTEXT_TEXT = re.compile(r"context length|context window|maximum model length|"
                            r"max_model_len|too many tokens|prompt is too long|"
                            r"longer than the model", re.IGNORECASE)
-#: Default ``--server-wait``: seconds to wait for an OpenAI-compatible server that is starting
-#: (loading a large model in vLLM takes minutes).
-DEFAULT_SERVER_WAIT_S = 900.0
 #: Seconds between two readiness probes, and between two "still waiting" log lines.
 SERVER_POLL_S = 2.0
 SERVER_LOG_EVERY_S = 15.0
-#: Request fields ``--extra-body`` may not set: the harness owns them, or a flag sets them (the
-#: message names it).
-RESERVED_BODY_FIELDS = {
-    "model": "--model", "messages": "the benchmark", "stream": "the harness", "n": "the harness",
-    "max_tokens": "--max-new-tokens", "max_completion_tokens": "--max-new-tokens",
-    "reasoning_effort": "--reasoning-effort",
-}
-#: Deepest nesting of an ``--extra-body`` object.
-MAX_BODY_DEPTH = 16
-
-
-def hide_credentials(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs and manifests)."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
-
-
-def check_base_url(base_url: str | None) -> str | None:
-    """``--base-url`` checked and normalised (no trailing slash); None stays None.
-
-    Raises:
-        ConfigError: For an empty value, a scheme other than http/https, no host, or a port
-            out of range (the message shows the form expected).
-    """
-    if base_url is None:
-        return None
-    text = base_url.strip()
-    example = "e.g. http://127.0.0.1:8000/v1"
-    if not text:
-        raise ConfigError(f"--base-url is empty; give the server's URL ({example}) or leave "
-                          f"the flag out for api.openai.com")
-    parts = urllib.parse.urlsplit(text)
-    try:
-        port_ok = parts.port is None or 0 < parts.port < 65536
-    except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise ConfigError(f"--base-url {hide_credentials(text)!r}: not an http(s) URL with a "
-                          f"host and a valid port ({example})")
-    return text.rstrip("/")
-
-
-def _depth(value: Any, limit: int = MAX_BODY_DEPTH + 1) -> int:
-    """Nesting depth of JSON data, counted up to ``limit`` (no deep recursion)."""
-    depth, level = 0, [value]
-    while level and depth < limit:
-        depth += 1
-        level = [v for item in level for v in
-                 (item.values() if isinstance(item, Mapping) else
-                  item if isinstance(item, list) else ()) if isinstance(v, (Mapping, list))]
-    return depth
-
-
-def check_extra_body(extra_body: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``--extra-body`` as a plain dict, checked.
-
-    Args:
-        extra_body: The fields, or None.
-
-    Returns:
-        A copy (empty when None).
-
-    Raises:
-        ConfigError: If it is not a mapping, is not JSON-serialisable, or sets one of
-            :data:`RESERVED_BODY_FIELDS`.
-    """
-    if extra_body is None:
-        return {}
-    if not isinstance(extra_body, Mapping):
-        raise ConfigError(f"--extra-body must be a JSON object, got {type(extra_body).__name__}")
-    reserved = sorted(set(extra_body) & set(RESERVED_BODY_FIELDS))
-    if reserved:
-        owners = ", ".join(f"{k} ({RESERVED_BODY_FIELDS[k]})" for k in reserved)
-        raise ConfigError(f"--extra-body may not set {', '.join(reserved)}: set by {owners}; "
-                          f"remove them from the object")
-    if _depth(extra_body) > MAX_BODY_DEPTH:
-        raise ConfigError(f"--extra-body is nested deeper than {MAX_BODY_DEPTH} levels")
-    try:
-        json.dumps(dict(extra_body), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--extra-body is not valid JSON data ({exc})") from None
-    return dict(extra_body)
 #: Finish reasons of a request the server gave up on (vLLM, SGLang): a fault, not an answer.
 _ABORT_REASONS = ("abort", "error")
 #: 429 codes that mean "no quota left" (billing), not "too fast": retrying cannot help.
@@ -265,84 +172,63 @@ class OpenAIChatModel(ApiChatModel):
 
     Args:
         model: Model id sent to the API (also used for pricing).
-        base_url: OpenAI-compatible server (``http://host:8000/v1``); None for api.openai.com.
-            With a base URL the key is optional (``EMPTY`` is sent when none is set).
-        api_keys: Path of ``api_keys.yaml`` (read only when the environment lacks the key).
-        reasoning_effort: Effort for reasoning models; None: ``medium`` (or the
-            ``no_thinking`` value).
-        max_output_tokens: ``max_completion_tokens`` / ``max_tokens`` per call.
-        max_new_tokens: ``--max-new-tokens``; when given it replaces ``max_output_tokens``.
-        extra_body: Further request fields for the server (``--extra-body``, e.g.
-            ``{"top_k": 1}``), sent with every request after ours (they win), recorded in the
-            manifest and compared on resume. ``model``, ``messages`` and ``stream`` cannot be
-            set this way.
-        server_wait_s: With ``base_url``: how long :meth:`preflight` waits for a server that is
-            still starting (``--server-wait``, seconds; 0 checks once).
-        temperature: Non-reasoning models only (default 0.0); never sent to reasoning models.
-        seed: Sent to non-reasoning models.
-        no_thinking: See the module docstring.
-        image_detail: Optional ``detail`` of image parts (``low``/``high``/``auto``).
-        max_image_side, max_image_pixels, max_retries, concurrency, timeout_s, retry_policy: See
-            :class:`~utils.llm._api.ApiChatModel`.
+        config: The settings (:class:`~utils.llm.settings.OpenAIConfig`; each option is
+            documented there and in docs/engines.md, "Provider settings"); None: the defaults.
+        retry_policy: Full retry policy; overrides ``max_retries`` when given (tests).
         http_client, async_http_client: ``httpx2`` clients for the SDK (tests).
         env: Environment to read keys from (default ``os.environ``).
-        **options: Options of other providers, ignored.
+        **options: Options of :class:`~utils.llm.settings.OpenAIConfig`, merged over
+            ``config``; any other name is an error.
 
     Raises:
         ConfigError: If no API key is found (names ``OPENAI_API_KEY`` and ``openai.api_key``),
-            ``reasoning_effort`` is invalid or ``extra_body`` sets a field it may not.
+            or for an unknown option or an invalid value (names it).
         MissingDependencyError: If ``openai`` is not installed.
     """
 
     provider = "openai"
+    config_class = OpenAIConfig
     _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
     _section = "openai"
 
-    def __init__(self, model: str, *, base_url: str | None = None,
-                 api_keys: str | Path | None = None, reasoning_effort: str | None = None,
-                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
-                 max_new_tokens: int | None = None,
-                 extra_body: Mapping[str, Any] | None = None,
-                 server_wait_s: float = DEFAULT_SERVER_WAIT_S,
-                 temperature: float | None = None, seed: int = 0, no_thinking: bool = False,
-                 image_detail: str | None = None, max_image_side: int | None = None,
-                 max_image_pixels: int | None = None, max_retries: int = 6,
-                 concurrency: int = 16, timeout_s: float = 600.0, retry_policy: Any = None,
-                 http_client: Any = None, async_http_client: Any = None,
-                 env: Mapping[str, str] | None = None, **options: Any) -> None:
-        super().__init__(model, max_retries=max_retries, concurrency=concurrency,
-                         timeout_s=timeout_s, retry_policy=retry_policy,
-                         max_image_side=max_image_side, max_image_pixels=max_image_pixels)
+    def __init__(self, model: str, config: OpenAIConfig | None = None, *,
+                 retry_policy: RetryPolicy | None = None, http_client: Any = None,
+                 async_http_client: Any = None, env: Mapping[str, str] | None = None,
+                 **options: Any) -> None:
+        config = self.make_config(config, options)
+        super().__init__(model, config, retry_policy=retry_policy)
+        self.config: OpenAIConfig = config
         self._openai = require("openai", "openai", f"the {self.provider} provider")
         self._raw_response_type = require("httpx2", "openai",
                                           f"the {self.provider} provider").Response
         self._env = os.environ if env is None else env
-        self._keys = ApiKeys(api_keys)
-        self.base_url = check_base_url(base_url)
+        self._keys = ApiKeys(config.api_keys)
+        self.base_url = self._server_url(config)
         #: The base URL as logged and recorded: user name and password hidden.
         self.server_label = hide_credentials(self.base_url) if self.base_url else \
             "api.openai.com"
         self.reasoning = is_reasoning_model(model)
-        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
-            raise ConfigError(f"--reasoning-effort must be one of {REASONING_EFFORTS}, "
-                              f"got {reasoning_effort!r}")
-        self.reasoning_effort = reasoning_effort or (
-            no_thinking_effort(model) if no_thinking else DEFAULT_REASONING_EFFORT)
-        self.no_thinking = bool(no_thinking)
-        self.max_output_tokens = int(max_new_tokens or max_output_tokens)
-        self.extra_body = check_extra_body(extra_body)
-        self.server_wait_s = float(server_wait_s)
+        self.reasoning_effort = config.reasoning_effort or (
+            no_thinking_effort(model) if config.no_thinking else DEFAULT_REASONING_EFFORT)
+        self.no_thinking = config.no_thinking
+        self.max_output_tokens = int(config.max_new_tokens or config.max_output_tokens)
+        self.extra_body = dict(config.extra_body or {})
+        self.server_wait_s = float(config.server_wait_s)
         self.server_info: dict[str, Any] = {}
         self._tokenize_supported: bool | None = None
-        self.temperature = 0.0 if temperature is None else float(temperature)
-        self.seed = int(seed)
-        self.image_detail = image_detail
+        self.temperature = 0.0 if config.temperature is None else float(config.temperature)
+        self.seed = int(config.seed)
+        self.image_detail = config.image_detail
         self._http_client = http_client
         self._async_http_client = async_http_client
         self._api_key = self._resolve_key()
         self._client: Any = None
         self._aclient = LoopBound()
         self._next_client = 0
+
+    def _server_url(self, config: OpenAIConfig) -> str | None:
+        """The OpenAI-compatible server's URL (normalised), or None for api.openai.com."""
+        return config.base_url
 
     # -- configuration --------------------------------------------------------------------
     def _resolve_key(self) -> str:
@@ -735,33 +621,37 @@ class AzureOpenAIChatModel(OpenAIChatModel):
 
     Args:
         model: The model name behind the deployment (pricing, reasoning detection).
-        deployment: Azure deployment name (``--deployment``); None uses ``model``.
-        api_keys: ``api_keys.yaml`` path; ``azure.api_key``, ``azure.endpoint`` and
-            ``azure.api_version`` are read from it unless ``AZURE_OPENAI_API_KEY``,
+        config: The settings (:class:`~utils.llm.settings.AzureConfig`: the ``openai`` options
+            plus ``deployment``; ``base_url`` overrides the endpoint); None: the defaults.
+        **kwargs: As :class:`OpenAIChatModel` (runtime keywords and options). The key, endpoint
+            and API version are read from ``api_keys.yaml`` (``azure.api_key``,
+            ``azure.endpoint``, ``azure.api_version``) unless ``AZURE_OPENAI_API_KEY``,
             ``AZURE_OPENAI_ENDPOINT`` and ``OPENAI_API_VERSION`` are set.
-        base_url: Overrides the endpoint (e.g. a loopback server in tests).
-        **kwargs: As :class:`OpenAIChatModel`.
 
     Raises:
-        ConfigError: If the key or the endpoint is missing (names the variable and YAML key).
+        ConfigError: If the key or the endpoint is missing (names the variable and YAML key),
+            or for an unknown option or an invalid value.
     """
 
     provider = "azure"
+    config_class = AzureConfig
     _env_keys = ("AZURE_OPENAI_API_KEY",)
     _section = "azure"
 
-    def __init__(self, model: str, *, deployment: str | None = None,
-                 base_url: str | None = None, **kwargs: Any) -> None:
-        self.deployment = deployment or model
-        self._endpoint_override = base_url
-        super().__init__(model, base_url=None, **kwargs)
-        self.endpoint = base_url or resolve(
+    def __init__(self, model: str, config: AzureConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(model, config, **kwargs)
+        self.deployment = self.config.deployment or model
+        self.endpoint = self.config.base_url or resolve(
             self._env, ("AZURE_OPENAI_ENDPOINT",), self._keys, "azure", "endpoint",
             what="the azure provider")
         self.api_version = resolve(
             self._env, ("OPENAI_API_VERSION", "AZURE_OPENAI_API_VERSION"), self._keys, "azure",
             "api_version", what="the azure provider", required=False) or \
             DEFAULT_AZURE_API_VERSION
+
+    def _server_url(self, config: OpenAIConfig) -> None:
+        """None: Azure's endpoint is not an OpenAI-compatible server (no wait, no /models)."""
+        return None
 
     def _resolve_key(self) -> str:
         key = resolve(self._env, self._env_keys, self._keys, self._section, "api_key",

@@ -6,6 +6,10 @@ Importing this module loads no SDK. A provider whose module is not part of this 
 Plugin providers: any ``"package.module:ClassName"`` given where a provider name is expected
 (``--provider``) loads that :class:`~utils.llm.base.ChatModel` subclass from an importable
 module; it is created as ``ClassName(model, **options)`` like a registered provider.
+
+A registered provider's options are the fields of its config class (``ChatModel.config_class``,
+:mod:`utils.llm.settings`; docs/engines.md, "Provider settings") plus the runtime keywords its
+constructor names (``env``, ``http_client``, ...).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from utils.errors import ConfigError
 from utils.llm.base import ChatModel
+from utils.llm.settings import RUN_OPTIONS, ProviderConfig, unknown_options_message
 
 #: Every registered provider name and its implementation (``module:Class``).
 PROVIDERS: dict[str, str] = {
@@ -141,50 +146,54 @@ def provider_class(name: str) -> type[ChatModel]:
     return cls
 
 
-#: Options every provider accepts, whether it uses them or not: Stage 03 passes them to any
-#: provider (a baseline ignores ``no_thinking``; only ``random`` draws with ``seed``).
-RUN_OPTIONS = frozenset({"seed", "no_thinking"})
-
-
 def provider_options(cls: type[ChatModel]) -> frozenset[str]:
     """The keyword options a provider class takes.
 
-    Its ``__init__``'s named parameters and those of the classes it hands ``**kwargs`` to (an
-    Azure model takes the OpenAI options).
+    The fields of its :attr:`~utils.llm.base.ChatModel.config_class` and the named keywords of
+    its ``__init__`` and of the classes it hands ``**kwargs`` to (the runtime keywords
+    ``retry_policy``, ``http_client``, ``async_http_client``, ``env`` of the API providers;
+    a plugin's own keywords). ``config`` itself is not an option.
     """
-    names: set[str] = set()
+    names: set[str] = set(cls.config_class.option_names()) if cls.config_class else set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None or not issubclass(klass, ChatModel):
             continue
         params = inspect.signature(init).parameters
-        names |= {n for n, p in params.items() if n not in ("self", "model")
+        names |= {n for n, p in params.items() if n not in ("self", "model", "config")
                   and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
     return frozenset(names)
 
 
-def create_model(name: str, model: str | None = None, **options: Any) -> ChatModel:
+def create_model(name: str, model: str | None = None, *, config: ProviderConfig | None = None,
+                 **options: Any) -> ChatModel:
     """Create a provider's model.
 
     Args:
         name: Provider name (a key of :data:`PROVIDERS`) or plugin ``"module:Class"``.
         model: Model id or alias; None uses :func:`default_model`.
-        **options: The provider's options (its ``__init__`` keywords, documented there), plus
-            :data:`RUN_OPTIONS`. A registered provider refuses any other option by name, so a
-            misspelt option is never silently dropped; a plugin gets what it declares.
+        config: The provider's config object (its ``config_class``), or None; ``options``
+            override its values.
+        **options: The provider's options (the fields of its config class, documented in
+            docs/engines.md, "Provider settings", and its runtime keywords), plus
+            :data:`~utils.llm.settings.RUN_OPTIONS`. A registered provider refuses any other
+            option by name, so a misspelt option is never silently dropped; a plugin gets what
+            it declares.
 
     Returns:
         A ready :class:`~utils.llm.base.ChatModel`.
 
     Raises:
         ConfigError: See :func:`provider_class`; or an option the provider does not take
-            (names it and lists the ones it does).
+            (names it and lists the ones it does), an invalid value (names the option), or a
+            ``config`` of another provider's class.
     """
     cls = provider_class(name)
     if not is_plugin_spec(name):
         known = provider_options(cls)
-        unknown = sorted(set(options) - known - RUN_OPTIONS)
+        unknown = set(options) - known - RUN_OPTIONS
         if unknown:
-            raise ConfigError(f"provider '{name}' has no option(s) {', '.join(unknown)}; it "
-                              f"takes: {', '.join(sorted(known | RUN_OPTIONS))}")
+            raise ConfigError(unknown_options_message(name, unknown, known | RUN_OPTIONS))
+    if config is not None:
+        return cls(model or default_model(name), config, **options)
     return cls(model or default_model(name), **options)

@@ -54,12 +54,12 @@ from utils.llm.models import (
     model_fingerprint,
     resolve_model,
 )
+from utils.llm.settings import ENGINE_MODES as ENGINE_MODES
+from utils.llm.settings import VLLMConfig
 from utils.llm.tokens import context_from_config, rule_for_model
 
 logger = logging.getLogger(__name__)
 
-#: How the opensource provider drives vLLM (``--vllm-engine``; see the module docstring).
-ENGINE_MODES = ("batched", "async")
 #: Requests in flight for ``--vllm-engine async`` unless ``--concurrency`` says otherwise: as many
 #: as vLLM schedules at once by default (``max_num_seqs`` 256), so its scheduler sees every case.
 ASYNC_ENGINE_CONCURRENCY = 256
@@ -186,45 +186,28 @@ class VLLMChatModel(ChatModel):
     Args:
         model: A registered alias (``utils.llm.models.MODELS``), the HF id of one, or any HF id
             / local folder (default settings, logged).
-        model_path: ``--model-path``: load this local folder instead of the HF id.
-        tensor_parallel_size: ``--tensor-parallel-size``; None uses every visible GPU (capped by
-            the model's ``gpu_num``).
-        max_model_len: ``--max-model-len``; None uses the registry's value.
-        gpu_memory_utilization: ``--gpu-memory-utilization`` in (0, 1]; None uses 0.85.
-        max_new_tokens: Output-token cap per turn; None uses 8192 (docs/engines.md, "Decoding").
-        no_thinking: Pass ``enable_thinking=False`` to the chat template (models whose template
-            has the switch, and custom models).
-        seed: Engine and sampling seed.
-        max_num_seqs: vLLM ``max_num_seqs`` (None: vLLM's default).
-        enforce_eager: vLLM ``enforce_eager`` (None: vLLM's default).
-        engine_kwargs: Further ``vllm.LLM`` keyword arguments (applied last), e.g.
-            ``{"disable_log_stats": False}`` or ``mm_processor_kwargs``.
-        engine: ``batched`` (one ``LLM.chat`` per turn index, the default) or ``async``
-            (``AsyncLLM`` under the async runner, no turn barrier; ``--vllm-engine``).
-        **options: Options of other providers (ignored).
+        config: The settings (:class:`~utils.llm.settings.VLLMConfig`; each option is
+            documented there and in docs/engines.md, "Provider settings"); None: the defaults.
+        **options: Options of :class:`~utils.llm.settings.VLLMConfig`, merged over ``config``;
+            any other name is an error.
 
     Raises:
         MissingDependencyError: If vllm is not installed.
         ConfigError: For a model this provider cannot run, no visible GPU with a GPU build of
-            vLLM, or a tensor parallel size above the visible GPU count.
+            vLLM, a tensor parallel size above the visible GPU count, or an unknown option or
+            invalid value (names it).
     """
 
     provider = "opensource"
+    config_class = VLLMConfig
 
-    def __init__(self, model: str, *, model_path: str | None = None,
-                 tensor_parallel_size: int | None = None, max_model_len: int | None = None,
-                 gpu_memory_utilization: float | None = None,
-                 max_new_tokens: int | None = None, no_thinking: bool = False, seed: int = 0,
-                 max_num_seqs: int | None = None, enforce_eager: bool | None = None,
-                 engine_kwargs: dict[str, Any] | None = None, engine: str = "batched",
-                 **options: Any) -> None:
+    def __init__(self, model: str, config: VLLMConfig | None = None, **options: Any) -> None:
         super().__init__(model)
-        if engine not in ENGINE_MODES:
-            raise ConfigError(f"--vllm-engine must be one of {', '.join(ENGINE_MODES)}, "
-                              f"got {engine!r}")
-        self.engine_mode = engine
-        self.supports_async = engine == "async"
-        self.spec: ModelSpec = resolve_model(model, self.provider, model_path=model_path)
+        config = self.make_config(config, options)
+        self.config: VLLMConfig = config
+        self.engine_mode = config.engine
+        self.supports_async = config.engine == "async"
+        self.spec: ModelSpec = resolve_model(model, self.provider, model_path=config.model_path)
         self._vllm = require("vllm", "gpu", "the opensource provider (vLLM)")
         self.cpu = is_cpu_build(self._vllm)
         self.visible_gpus = 0 if self.cpu else visible_gpu_count()
@@ -235,25 +218,23 @@ class VLLMChatModel(ChatModel):
                 f"machine use --provider transformers, or vLLM's CPU build "
                 f"(bash scripts/setup_engine_env.sh)")
         devices = 1 if self.cpu else self.visible_gpus
-        if tensor_parallel_size is not None and not 1 <= tensor_parallel_size <= devices:
+        tensor_parallel_size = config.tensor_parallel_size
+        if tensor_parallel_size is not None and not tensor_parallel_size <= devices:
             where = "vLLM's CPU build runs on 1 device" if self.cpu else \
                 "the number of visible GPUs"
             raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: must be in "
                               f"[1, {devices}] ({where})")
-        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
-            raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], "
-                              f"got {gpu_memory_utilization}")
         self.tensor_parallel_size = tensor_parallel_size or (
             1 if self.cpu else default_tensor_parallel_size(self.visible_gpus,
                                                             self.spec.gpu_num))
-        self.max_tokens = int(max_new_tokens or DEFAULT_MAX_TOKENS)
-        self.seed = int(seed)
+        self.max_tokens = int(config.max_new_tokens or DEFAULT_MAX_TOKENS)
+        self.seed = int(config.seed)
         self.chat_template_kwargs: dict[str, Any] | None = None
-        if no_thinking and self.spec.thinking is False:
+        if config.no_thinking and self.spec.thinking is False:
             logger.warning("--no-thinking: the chat template of %s has no thinking switch; the "
                            "model runs as usual (the run folder still gets _no_thinking)",
                            self.spec.alias)
-        elif no_thinking:
+        elif config.no_thinking:
             self.chat_template_kwargs = {"enable_thinking": False}
         default_utilization = DEFAULT_CPU_MEMORY_UTILIZATION if self.cpu else \
             DEFAULT_GPU_MEMORY_UTILIZATION
@@ -262,23 +243,23 @@ class VLLMChatModel(ChatModel):
             "tensor_parallel_size": self.tensor_parallel_size,
             "dtype": self.spec.dtype,
             "trust_remote_code": self.spec.trust_remote_code,
-            "gpu_memory_utilization": gpu_memory_utilization or default_utilization,
+            "gpu_memory_utilization": config.gpu_memory_utilization or default_utilization,
             "enable_prefix_caching": True,
             "seed": self.seed,
         }
-        self._context_source = ("--max-model-len" if max_model_len else
+        self._context_source = ("--max-model-len" if config.max_model_len else
                                 "the model registry" if self.spec.max_model_len else "")
-        context = max_model_len or self.spec.max_model_len
+        context = config.max_model_len or self.spec.max_model_len
         if context is not None:
             self.engine_kwargs["max_model_len"] = int(context)
         if self.spec.limit_mm_per_prompt is not None:
             self.engine_kwargs["limit_mm_per_prompt"] = dict(self.spec.limit_mm_per_prompt)
-        if max_num_seqs is not None:
-            self.engine_kwargs["max_num_seqs"] = int(max_num_seqs)
-        if enforce_eager is not None:
-            self.engine_kwargs["enforce_eager"] = bool(enforce_eager)
+        if config.max_num_seqs is not None:
+            self.engine_kwargs["max_num_seqs"] = int(config.max_num_seqs)
+        if config.enforce_eager is not None:
+            self.engine_kwargs["enforce_eager"] = bool(config.enforce_eager)
         self.engine_kwargs.update(self.spec.engine_kwargs)
-        self.engine_kwargs.update(engine_kwargs or {})
+        self.engine_kwargs.update(config.engine_kwargs or {})
         self.vllm_version = str(getattr(self._vllm, "__version__", "unknown"))
         self._llm: Any = None
         self._sampling: Any = None
