@@ -6,7 +6,8 @@
 # 1. Creates .venv with pip (Python >= 3.11; set PYTHON=/path/to/python3 to choose one) and
 #    installs this project editable with the CPU pipeline (`pip install -e ".[fixtures]"`).
 #    --tests also installs what the test suite needs (`.[fixtures,dev]` + sam2: pytest, the openai and
-#    google-genai SDKs, torch + torchvision + transformers for the tiny-VLM tests; several GB).
+#    google-genai SDKs, torch + torchvision + transformers for the tiny-VLM tests; several GB)
+#    and, when missing, Debian's chromium for the browser tests (apt-get; about 30 s).
 #    Re-running is cheap: nothing is reinstalled while pyproject.toml is unchanged.
 # 2. Clones the optional third-party code used only by the GPU backends, unless skipped:
 #      LISA (ROSALIA)  -> src/00_source_data_curation/LISA      (--skip-lisa)
@@ -60,6 +61,24 @@ else
   fi
   echo "$want" > "$(stamp_of "$extras")"
   echo "setup.sh: .venv ready ($(.venv/bin/python --version))"
+fi
+
+if [ "$extras" != fixtures ] && ! command -v chromium >/dev/null 2>&1 \
+   && [ -z "${CHEXPERCEPT_CHROMIUM:-}" ]; then
+  # Browser tests (tests/viewer): Debian's chromium, driven by the playwright package of the dev
+  # extra (Playwright's own browser download is never used). About 30 s and 460 MB.
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    echo "setup.sh: installing Debian's chromium for the browser tests (apt-get) ..."
+    apt_install() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                      --no-install-recommends chromium >/dev/null; }
+    apt_install || { $SUDO apt-get update -q >/dev/null && apt_install; } || \
+      echo "setup.sh: could not install chromium; the browser tests (tests/viewer) will fail" \
+           "under CI and be skipped elsewhere" >&2
+  else
+    echo "setup.sh: no apt-get: install Chromium and set CHEXPERCEPT_CHROMIUM=/path/to/chromium" \
+         "for the browser tests (tests/viewer)" >&2
+  fi
 fi
 
 clone() {  # clone URL DEST REF

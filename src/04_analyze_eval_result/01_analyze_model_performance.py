@@ -12,8 +12,8 @@ the chance rows; NA with a warning when absent), and writes:
   ``lesion_stage_accuracy.csv``, ``subquestion_accuracy.csv``, ``e2e_funnel.csv`` (95%
   bootstrap CIs, number of cases per cell, chance rows) and ``stage_status.csv`` (missing
   stages, answer-status rates), the four release plots (with error bars and chance),
-  ``plot_lesion_heatmap.png``, ``plot_e2e_funnel.png``, ``report.md``, ``run_meta.json`` and
-  a log file;
+  ``plot_lesion_heatmap.png``, ``plot_e2e_funnel.png``, the case viewer ``viewer/index.html``
+  (open it in a browser; docs/viewer.md), ``report.md``, ``run_meta.json`` and a log file;
 - single-model mode (``--provider``/``--model``): the new tables for each selected run go
   into its ``oracle_<setting>/`` folder instead (no plots, no report).
 
@@ -42,6 +42,7 @@ from pathlib import Path
 from chexpercept import io
 from chexpercept.analysis import ORACLE_SETTINGS
 from chexpercept.analysis.api import analyze
+from chexpercept.evaluation import SYSTEM_PROMPT
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
@@ -102,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--bootstrap", type=non_negative_int, default=DEFAULT_BOOTSTRAP,
         help="Bootstrap resamples of cases for the 95%% intervals; 0 writes no intervals "
              "(default: %(default)s).")
+    parser.add_argument(
+        "--no-viewer", "--no_viewer", dest="viewer", action="store_false",
+        help="Do not write the case viewer viewer/index.html (default: written in all-models "
+             "mode).")
+    parser.add_argument(
+        "--viewer-copy-images", "--viewer_copy_images", dest="viewer_copy_images",
+        type=positive_int, default=None, metavar="MAX_SIDE",
+        help="Put JPEG copies of the images, longer side at most MAX_SIDE pixels, into the "
+             "viewer folder, to share it without the bundle (default: none, the viewer links "
+             "the bundle's images).")
     add_common_args(parser, seed=True)
     return parser
 
@@ -138,11 +149,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = analyze(_results_dir(args), setting, output_dir=args.output_dir,
                      benchmark_dir=args.benchmark_dir, provider=args.provider,
                      model=args.model, bootstrap=args.bootstrap, seed=_seed(args),
-                     limit=args.limit, meta={"config": args.config}, progress=progress)
+                     limit=args.limit, meta={"config": args.config}, progress=progress,
+                     viewer=args.viewer, system_prompt=SYSTEM_PROMPT,
+                     viewer_image_max_side=args.viewer_copy_images)
     print(result.summary)
     print("\nOutputs:")
     for path in result.written:
         print(f"  {path}")
+    if result.viewer is not None:
+        print(f"\nCase viewer (open in a browser): {result.viewer.resolve().as_uri()}")
     return 0
 
 

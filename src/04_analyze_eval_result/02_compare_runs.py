@@ -2,7 +2,8 @@
 
 Reads ``<run-a>/all_results.json`` and ``<run-b>/all_results.json`` (``oracle_<setting>/``
 folders of two runs, e.g. two models, or one model under two oracle settings) and writes
-``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<run>.oracle_<setting>``):
+``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<run>.oracle_<setting>``;
+``<output-dir>`` defaults to the folder that holds both runs, i.e. next to the inputs):
 per stage (end-to-end and oracle-passed), sub-question and depth, for all cases, each path
 and each lesion, the accuracies of A and B, the difference B - A with a 95% paired bootstrap
 interval (the same case resamples for both runs, stratified by lesion x path), the discordant
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +40,6 @@ from utils.cli import add_common_args, add_config_arg, non_negative_int, run_mai
 
 logger = logging.getLogger("04_analyze_eval_result")
 
-DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
 DEFAULT_BOOTSTRAP = 1000
 
 
@@ -52,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "all_results.json). Required; no default.")
     parser.add_argument("--run-b", "--run_b", dest="run_b", required=True,
                         help="Run B, compared with A as B - A. Required; no default.")
-    parser.add_argument("--output-dir", "--output_dir", dest="output_dir",
-                        default=str(DEFAULT_OUTPUT_DIR),
-                        help="Folder receiving paired_comparisons/<A>_vs_<B>.csv "
-                             "(default: %(default)s).")
+    parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default=None,
+                        help="Folder receiving paired_comparisons/<A>_vs_<B>.csv (default: "
+                             "the deepest folder holding both run folders, next to the "
+                             "inputs; the source tree is never written by default).")
     parser.add_argument("--bootstrap", type=non_negative_int, default=DEFAULT_BOOTSTRAP,
                         help="Paired bootstrap resamples; 0 writes no intervals "
                              "(default: %(default)s).")
@@ -75,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = analyse_run_file(run_b, n_boot=0, seed=seed)
     rows = paired_comparison(a.table, b.table, n_boot=args.bootstrap, seed=seed,
                              label_a=label_a, label_b=label_b)
-    out = Path(args.output_dir) / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
+    out_root = (Path(args.output_dir) if args.output_dir else
+                Path(os.path.commonpath([run_a.run_dir.resolve(), run_b.run_dir.resolve()])))
+    out = out_root / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
 
     def cell(key: str, value: object) -> object:
         if key == "p_value" and isinstance(value, float) and not math.isnan(value):

@@ -115,7 +115,8 @@ def test_all_models_writes_new_tables_plots_report_and_chance(results, tmp_path)
            if r["model"] == "random_baseline"}
     r = rnd[("revision_free", "oracle_passed", "acc(stage1)")]
     assert r["value"] == "0.500000" and r["n_cases"] == "2"
-    assert float(r["ci_low"]) <= 0.5 <= float(r["ci_high"])
+    # 2 cases: too few for an interval, the count stands instead (docs/metrics.md, "Bootstrap")
+    assert r["ci_low"] == r["ci_high"] == ""
     # status table: the random run's refusal is counted, the qwen run has no statuses
     status = {(r["model"], r["stage"]): r for r in _rows(all_dir / "stage_status.csv")}
     assert float(status[("random_baseline", "stage1")]["rate(refused)"]) == pytest.approx(1 / 3)

@@ -5,8 +5,9 @@ One scoring path: each ``all_results.json`` is read once, validated and scored i
 from that table: the release's per-model and all-models CSVs
 (:mod:`~chexpercept.analysis.release_tables`), the cell means with bootstrap intervals
 (:mod:`~chexpercept.analysis.bootstrap`), the new tables (:mod:`~chexpercept.analysis.extended`),
-the plots, ``report.md`` (:mod:`~chexpercept.analysis.markdown`) and the paired run
-comparisons (:mod:`~chexpercept.analysis.compare`). The chance rows are a table of the same
+the plots, ``report.md`` (:mod:`~chexpercept.analysis.markdown`), the paired run
+comparisons (:mod:`~chexpercept.analysis.compare`) and the case viewer
+(:mod:`~chexpercept.analysis.viewer`, docs/viewer.md). The chance rows are a table of the same
 layout built from ``chexpercept.json`` (:mod:`~chexpercept.analysis.chance`). What each value
 means and which file holds it: docs/metrics.md; where it departs from the original release:
 docs/differences.md D41-D44.
@@ -48,6 +49,7 @@ from chexpercept.analysis.release_tables import (
     write_model_csvs,
 )
 from chexpercept.analysis.runs import ORACLE_SETTINGS, RunRef, discover_runs, run_from_dir
+from chexpercept.analysis.viewer import ViewerRun, write_viewer
 
 __all__ = [
     "COMPARE_COLUMNS",
@@ -60,6 +62,7 @@ __all__ = [
     "RunAnalysis",
     "RunMetrics",
     "RunRef",
+    "ViewerRun",
     "analyse_chance",
     "analyse_run_file",
     "case_table",
@@ -85,4 +88,5 @@ __all__ = [
     "write_model_csvs",
     "write_plots",
     "write_report",
+    "write_viewer",
 ]

@@ -35,6 +35,7 @@ from chexpercept.analysis.release_tables import (
     write_model_csvs,
 )
 from chexpercept.analysis.runs import discover_runs
+from chexpercept.analysis.viewer import write_viewer
 
 logger = logging.getLogger(__name__)
 
@@ -48,24 +49,30 @@ class AnalysisResult:
         written: Every file written, in order.
         summary: The release's summary table as text (printed by the CLI).
         out_dir: ``<output_dir>/all_models_oracle_<setting>/`` (all-models mode), else None.
+        viewer: ``<out_dir>/viewer/index.html``, the case viewer (all-models mode with
+            ``viewer=True``), else None.
     """
 
     analyses: list[RunAnalysis]
     written: list[Path] = field(default_factory=list)
     summary: str = ""
     out_dir: Path | None = None
+    viewer: Path | None = None
 
 
 def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | Path,
             benchmark_dir: str | Path | None, provider: str | None = None,
             model: str | None = None, bootstrap: int = 1000, seed: int = 0,
             limit: int | None = None, meta: Mapping[str, Any] | None = None,
-            progress: Callable[..., Iterable[Any]] | None = None) -> AnalysisResult:
+            progress: Callable[..., Iterable[Any]] | None = None, viewer: bool = True,
+            system_prompt: str | None = None,
+            viewer_image_max_side: int | None = None) -> AnalysisResult:
     """Analyse the runs of ``results_dir`` with this oracle setting and write the outputs.
 
     All-models mode (neither ``provider`` nor ``model``): the per-model CSVs next to each
     ``all_results.json`` and, in ``<output_dir>/all_models_oracle_<setting>/``, the all-models
-    CSVs, the new tables, the plots, ``report.md`` and ``run_meta.json``. Single-model mode:
+    CSVs, the new tables, the plots, the case viewer (``viewer/index.html``, docs/viewer.md),
+    ``report.md`` and ``run_meta.json``. Single-model mode:
     the per-model CSVs and the new tables in each matching run's folder (docs/metrics.md,
     "Output files"). Cases Stage 03 left unfinished are missing, never wrong.
 
@@ -81,6 +88,11 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         limit: Use only the first ``limit`` cases of each run, in file order.
         meta: Further settings recorded in ``run_meta.json`` (the CLI's ``--config``).
         progress: Optional wrapper of the loop over runs (``utils.cli.progress``).
+        viewer: Write the case viewer of the runs (all-models mode).
+        system_prompt: Stage 03's system prompt, shown by the viewer for runs whose manifest
+            records its sha256 (None: the viewer shows the hash only).
+        viewer_image_max_side: Copy the images into the viewer, longer side at most this many
+            pixels (None: the viewer links the bundle's images).
 
     Returns:
         The analyses, the files written and the summary table.
@@ -120,11 +132,15 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         plots = write_plots(all_metrics, out_dir, oracle_setting, analyses=result.analyses,
                             chance=chance)
         result.written.extend(plots)
+        if viewer:
+            result.viewer = write_viewer(runs, out_dir, system_prompt=system_prompt,
+                                         image_max_side=viewer_image_max_side)
+            result.written.append(result.viewer)
         note = (f"option counts from {benchmark_dir}/chexpercept.json" if benchmark
                 is not None else f"NA: no valid chexpercept.json in {benchmark_dir}")
         result.written.append(write_report(out_dir, render_report(
             result.analyses, chance, oracle_setting=oracle_setting, n_boot=bootstrap,
-            seed=seed, benchmark_note=note, plots=plots)))
+            seed=seed, benchmark_note=note, plots=plots, viewer=result.viewer)))
         result.written.append(io.write_run_meta(
             out_dir, stage="04",
             config={"results_dir": str(results_dir), "oracle_setting": oracle_setting,

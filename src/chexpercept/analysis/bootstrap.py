@@ -39,6 +39,11 @@ GROUPS: tuple[tuple[str, str], ...] = tuple((le, p) for le in LESION_GROUPS for 
 GROUP_INDEX = {g: i for i, g in enumerate(GROUPS)}
 #: Two-sided level of every interval (95%).
 CI_LEVEL = 0.95
+#: Fewest cases behind a cell for a bootstrap interval (docs/metrics.md, "Bootstrap"): a mean
+#: of n binary values resamples to at most n + 1 values, so for small n the percentile
+#: interval is far too narrow (zero-width at n = 1); such a cell gets no interval and the
+#: tables show its count instead.
+MIN_BOOTSTRAP_CASES = 10
 #: Bootstrap resamples per matrix product (:func:`_resampled_sums`).
 BOOT_BLOCK = 64
 
@@ -51,7 +56,8 @@ class CellStats:
         name: The table's name.
         value: (n_groups, n_metrics) float64 mean; NaN for an empty cell.
         n: (n_groups, n_metrics) int64 number of cases behind the cell.
-        ci_low: (n_groups, n_metrics) float64 lower 2.5% bootstrap percentile (NaN: none).
+        ci_low: (n_groups, n_metrics) float64 lower 2.5% bootstrap percentile (NaN: none,
+            also for cells of fewer than :data:`MIN_BOOTSTRAP_CASES` cases).
         ci_high: (n_groups, n_metrics) float64 upper 97.5% percentile (NaN: none).
         n_boot: Number of bootstrap resamples (0: no CIs).
     """
@@ -296,8 +302,8 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0,
                weights: np.ndarray | None = None) -> CellStats:
     """Cell means (and bootstrap CIs) of a table over every lesion x path group.
 
-    Intervals are computed only for non-empty cells, from the exact resampled sums
-    (:func:`_resampled_sums`) divided by the cell's fixed case count.
+    Intervals are computed only for cells of at least :data:`MIN_BOOTSTRAP_CASES` cases, from
+    the exact resampled sums (:func:`_resampled_sums`) divided by the cell's fixed case count.
 
     Args:
         table: A run's or the chance table.
@@ -325,7 +331,7 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0,
     elif n_boot > 0 and table.n_cases:
         blocks = _strata_blocks(table, n_boot, seed)
     if blocks:
-        keep = (n > 0).ravel()
+        keep = (n >= MIN_BOOTSTRAP_CASES).ravel()
         sums = _resampled_sums(values, blocks).reshape(n_boot, -1)[:, keep]
         means = sums.astype(np.float64) / n.ravel()[keep]
         low.ravel()[keep], high.ravel()[keep] = _percentiles(means)

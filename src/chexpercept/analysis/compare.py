@@ -20,6 +20,7 @@ import numpy as np
 
 from chexpercept.analysis.bootstrap import (
     GROUP_INDEX,
+    MIN_BOOTSTRAP_CASES,
     bootstrap_means,
     group_matrix,
     masked_values,
@@ -147,7 +148,9 @@ def paired_comparison(a: CaseTable, b: CaseTable, *, n_boot: int, seed: int,
 
     Returns:
         One row per group of :data:`COMPARE_GROUPS` x metric of :data:`COMPARE_METRICS` that
-        the benchmark can fill; value NaN where the cell has no cases.
+        the benchmark can fill; value NaN where the cell has no cases; no interval (NaN)
+        where it has fewer than ``bootstrap.MIN_BOOTSTRAP_CASES`` (docs/metrics.md,
+        "Bootstrap").
 
     Raises:
         InputError: If the runs' key_id sets or paths differ (:func:`check_same_cases`).
@@ -167,6 +170,8 @@ def paired_comparison(a: CaseTable, b: CaseTable, *, n_boot: int, seed: int,
     if n_boot > 0 and a.n_cases:
         weights = strata_weights(a, n_boot, seed)
         low, high = percentile_ci(bootstrap_means(b, weights) - bootstrap_means(a, weights))
+        small = n < MIN_BOOTSTRAP_CASES  # too few cases for an interval: the count is shown
+        low, high = np.where(small, np.nan, low), np.where(small, np.nan, high)
     else:
         low = high = np.full(n.shape, np.nan)
     rows = []
@@ -212,7 +217,8 @@ def format_comparison(rows: Sequence[PairedRow], label_a: str, label_b: str) -> 
         def pct(x: float) -> str:
             return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
 
-        ci = "n/a" if math.isnan(r.ci_low) else f"[{pct(r.ci_low)}, {pct(r.ci_high)}]"
+        ci = (f"[{pct(r.ci_low)}, {pct(r.ci_high)}]" if not math.isnan(r.ci_low)
+              else f"n={r.n_cases}" if 0 < r.n_cases < MIN_BOOTSTRAP_CASES else "n/a")
         p = "n/a" if r.p_value is None else f"{r.p_value:.3g}"
         lines.append(f"{r.path:<18} {r.metric:<28} {r.n_cases:>5} {pct(r.value_a):>6} "
                      f"{pct(r.value_b):>6} {pct(r.diff):>6} {ci:>15} {p:>8}")

@@ -1,6 +1,7 @@
-"""Stage 04: ``report.md`` in ``all_models_oracle_<setting>/``: main tables and plot links.
+"""Stage 04: ``report.md`` in ``all_models_oracle_<setting>/``: main tables, plot and viewer links.
 
-Accuracies are shown in percent with their 95% bootstrap interval, ``n/a`` for an empty cell;
+Accuracies are shown in percent with their 95% bootstrap interval (``(n=k)`` instead for a cell
+of fewer than ``bootstrap.MIN_BOOTSTRAP_CASES`` cases), ``n/a`` for an empty cell;
 the chance row is the uniform-guess baseline. The full tables are the CSVs it links
 (docs/metrics.md, "Output files").
 """
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
+from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, CellStats
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.release_tables import SETTINGS
@@ -22,19 +24,30 @@ REPORT_MD = "report.md"
 _STAGE_NAMES = ("S1 detection", "S2 contour eval", "S3 revision", "S4 attributes")
 
 
-def _pct(value: float, low: float = math.nan, high: float = math.nan) -> str:
-    if math.isnan(value):
-        return "n/a"
-    text = f"{100 * value:.1f}"
+def _interval(text: str, low: float, high: float, n: int, n_boot: int, scale: float,
+              digits: int) -> str:
+    """``text [low, high]``; ``text (n=k)`` for a cell too small for an interval."""
     if not math.isnan(low):
-        text += f" [{100 * low:.1f}, {100 * high:.1f}]"
+        return f"{text} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+    if n_boot and 0 < n < MIN_BOOTSTRAP_CASES:
+        return f"{text} (n={n})"
     return text
 
 
-def _num(value: float, low: float = math.nan, high: float = math.nan) -> str:
+def _pct(cells: CellStats, lesion: str, path: str, metric: str) -> str:
+    """A cell in percent with its interval (or its count, docs/metrics.md, "Bootstrap")."""
+    value, low, high, n = cells.get(lesion, path, metric)
     if math.isnan(value):
         return "n/a"
-    return f"{value:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+    return _interval(f"{100 * value:.1f}", low, high, n, cells.n_boot, 100, 1)
+
+
+def _num(cells: CellStats, lesion: str, path: str, metric: str) -> str:
+    """A depth cell with its interval (or its count)."""
+    value, low, high, n = cells.get(lesion, path, metric)
+    if math.isnan(value):
+        return "n/a"
+    return _interval(f"{value:.2f}", low, high, n, cells.n_boot, 1, 2)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -64,8 +77,65 @@ def _incomplete_warning(analyses: Sequence[RunAnalysis]) -> list[str]:
     return [*lines, ""]
 
 
+#: Lesion x stage cells listed under "Largest differences" (docs/metrics.md, "Output files").
+N_LARGEST_GAPS = 5
+
+
+def largest_gaps(analyses: Sequence[RunAnalysis], n: int = N_LARGEST_GAPS
+                 ) -> tuple[RunAnalysis, RunAnalysis, list[tuple[str, int, float, float]]]:
+    """The lesion x stage cells where the best and the worst run differ most.
+
+    Best and worst are the runs with the highest and lowest end-to-end mean depth over all
+    cases (ties: the earlier run); a cell is the oracle-passed accuracy of stage k over the
+    lesion's cases of every path asking it (the lesion heatmap's cells). Cells either run
+    leaves empty are skipped.
+
+    Args:
+        analyses: Two or more analysed runs.
+        n: Number of cells to return.
+
+    Returns:
+        ``(best, worst, cells)``; cells are ``(lesion, stage, best value, worst value)``,
+        values in [0, 1], ordered by decreasing ``|best - worst|`` (then lesion, stage order).
+
+    Raises:
+        ValueError: If fewer than two runs are given.
+    """
+    if len(analyses) < 2:
+        raise ValueError("largest_gaps needs at least two runs")
+    depth = [a.cells.get("all", "all", "depth")[0] for a in analyses]
+    order = [d if not math.isnan(d) else -math.inf for d in depth]
+    best = analyses[max(range(len(order)), key=lambda i: (order[i], -i))]
+    worst = analyses[min(range(len(order)), key=lambda i: (order[i], i))]
+    cells = []
+    for li, lesion in enumerate(LESIONS):
+        for k in range(1, 5):
+            b = best.cells.get(lesion, "all", f"oracle:stage{k}")[0]
+            w = worst.cells.get(lesion, "all", f"oracle:stage{k}")[0]
+            if not (math.isnan(b) or math.isnan(w)):
+                cells.append((abs(b - w), li, k, lesion, b, w))
+    cells.sort(key=lambda c: (-c[0], c[1], c[2]))
+    return best, worst, [(lesion, k, b, w) for _, _, k, lesion, b, w in cells[:n]]
+
+
+def _gaps_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    runs = [a for a in analyses if a.run is not None]
+    if len(runs) < 2:
+        return []
+    best, worst, cells = largest_gaps(runs)
+    lines = ["## Largest differences between the best and the worst run", "",
+             f"Best run `{best.name}`, worst run `{worst.name}` (end-to-end mean depth over all "
+             f"cases); the {N_LARGEST_GAPS} lesion x stage cells (oracle-passed accuracy, every "
+             "path asking the stage) where they differ most.", ""]
+    body = [[lesion, _STAGE_NAMES[k - 1], _pct(best.cells, lesion, "all", f"oracle:stage{k}"),
+             _pct(worst.cells, lesion, "all", f"oracle:stage{k}"), f"{100 * (b - w):+.1f}"]
+            for lesion, k, b, w in cells]
+    return lines + _table(["lesion", "stage", best.name, worst.name, "difference (pp)"], body)
+
+
 def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracle_setting: str,
-                  n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path]) -> str:
+                  n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path],
+                  viewer: Path | None = None) -> str:
     """The text of ``report.md``.
 
     Args:
@@ -76,6 +146,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         seed: Bootstrap seed.
         benchmark_note: Where the chance values came from (or why they are NA).
         plots: Plot files to link (same folder).
+        viewer: The case viewer's ``index.html`` (linked relative to the report), or None.
 
     Returns:
         Markdown text.
@@ -83,6 +154,13 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     everyone = [*analyses, chance]
     lines = [f"# CheXpercept analysis, Stage 03 oracle setting `{oracle_setting}`", ""]
     lines += _incomplete_warning(analyses)
+    if viewer is not None:
+        lines += [f"Case viewer: [{viewer.parent.name}/{viewer.name}]"
+                  f"({viewer.parent.name}/{viewer.name}) (open it in a browser from the file "
+                  "system: every dialogue with its images, filters, two runs side by side; "
+                  "docs/viewer.md).", ""]
+    lines += ["Figures: " + ", ".join(f"[{p.stem}]({p.name})" for p in plots), ""] if plots \
+        else []
     lines += ["Runs (model = `<provider>_<model>[_no_thinking]`):", ""]
     lines += _table(["model", "provider", "model name", "variant", "cases", "missing stage "
                      "results (counted wrong)", "unfinished cases (missing, not scored)"],
@@ -105,10 +183,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         for a in everyone:
             for setting in SETTINGS:
                 kind = "e2e" if setting == "end_to_end" else "oracle"
-                cells = [_pct(*a.cells.get("all", path, f"{kind}:stage{k}")[:3])
-                         for k in range(1, 5)]
-                body.append([a.name, setting, *cells,
-                             _num(*a.cells.get("all", path, "depth")[:3])])
+                cells = [_pct(a.cells, "all", path, f"{kind}:stage{k}") for k in range(1, 5)]
+                body.append([a.name, setting, *cells, _num(a.cells, "all", path, "depth")])
         lines += _table(["model", "setting", *_STAGE_NAMES, "depth"], body)
 
     lines += ["## Sub-question accuracy (oracle view)", "",
@@ -116,15 +192,17 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
               "revision-free cases (no attributes for cardiomegaly).", ""]
     body = []
     for a in everyone:
-        body.append([a.name, *(_pct(*a.cells.get(
-            "all", "revision_required" if k in REVISION_KEYS else "all", f"sub:{k}")[:3])
-            for k in SUB_KEYS)])
+        body.append([a.name, *(_pct(a.cells, "all",
+                                    "revision_required" if k in REVISION_KEYS else "all",
+                                    f"sub:{k}") for k in SUB_KEYS)])
     lines += _table(["model", *SUB_KEYS], body)
 
     lines += ["## End-to-end mean depth by lesion, revision-required path (max 4)", ""]
     lines += _table(["model", *LESIONS],
-                    [[a.name, *(_num(*a.cells.get(le, "revision_required", "depth")[:3])
+                    [[a.name, *(_num(a.cells, le, "revision_required", "depth")
                                 for le in LESIONS)] for a in everyone])
+
+    lines += _gaps_section(analyses)
 
     lines += ["## Answer status and missing stage results", "",
               "Share of answered questions per status over all stages (n/a: the results carry "

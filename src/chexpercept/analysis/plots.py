@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import io as _io
 import math
+import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any
 
 from chexpercept import io
 from chexpercept.analysis._memory import release_free_memory
-from chexpercept.analysis.case_table import MAX_DEPTH, REVISION_KEYS
+from chexpercept.analysis.case_table import MAX_DEPTH, PATH_STAGES, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
 from chexpercept.analysis.release_tables import RunMetrics
 from chexpercept.lesions import LESIONS, QA_PATHS
@@ -56,10 +58,69 @@ LESION_HEATMAP_PNG = "plot_lesion_heatmap.png"
 FUNNEL_PNG = "plot_e2e_funnel.png"
 EXTRA_PLOT_NAMES = (LESION_HEATMAP_PNG, FUNNEL_PNG)
 _RC = {"svg.hashsalt": "chexpercept", "font.size": 9}
+#: Axes title size in points (matplotlib's ``large`` at font size 9), for wrapping titles.
+_TITLE_PT = 10.8
+#: Heatmap row labels: characters per line (two lines at most).
+HEATMAP_LABEL_CHARS = 28
+#: Legend columns of the funnel (below the panels).
+FUNNEL_LEGEND_COLUMNS = 4
 
 
 def _isnan(value: float) -> bool:
     return isinstance(value, float) and math.isnan(value)
+
+
+#: Run names longer than this many characters are wrapped at ``_ - . /`` (tick labels and
+#: legends), at most :data:`LABEL_LINES` lines; the middle of a longer name is elided.
+LABEL_CHARS = 22
+LABEL_LINES = 3
+
+
+def wrap_label(name: str, width: int = LABEL_CHARS, max_lines: int = LABEL_LINES) -> str:
+    """A run name wrapped onto lines of at most ``width`` characters (about), for plots.
+
+    Breaks after ``_``, ``-``, ``.`` or ``/`` where it can, inside a word where it must; a
+    name needing more than ``max_lines`` lines keeps its first ``max_lines - 1`` lines and
+    its end, joined by an ellipsis (the full names are in the CSVs and report.md).
+
+    Args:
+        name: The label.
+        width: Characters per line.
+        max_lines: Lines at most (at least 1).
+
+    Returns:
+        The label with line breaks (unchanged when it fits on one line).
+    """
+    if len(name) <= width:
+        return name
+    tokens = re.findall(r"[^_\-./]*[_\-./]?", name)
+    lines, line = [], ""
+    for token in (t for t in tokens if t):
+        while len(token) > width:  # a word longer than a line: hard split
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(token[:width])
+            token = token[width:]
+        if len(line) + len(token) > width:
+            lines.append(line)
+            line = ""
+        line += token
+    if line:
+        lines.append(line)
+    if len(lines) > max_lines:
+        tail = name[-(width - 1):]
+        lines = [*lines[:max_lines - 1], "\u2026" + tail]
+    return "\n".join(lines)
+
+
+def wrap_title(title: str, width_in: float, size_pt: float) -> str:
+    """``title`` wrapped to fit ``width_in`` inches at ``size_pt``.
+
+    DejaVu Sans averages about 0.6 em per character, bold included; 0.62 leaves a margin.
+    """
+    chars = max(20, int(width_in * 72 / (0.62 * size_pt)))
+    return "\n".join(textwrap.wrap(title, chars)) if len(title) > chars else title
 
 
 def _write_png(image: Any, path: Path) -> Path:
@@ -248,13 +309,13 @@ def _stage_accuracy(all_metrics: Sequence[RunMetrics], oracle_setting: str, path
               for j in range(len(TABLE_COLUMNS))]
     widths = [round(max(w, head_font.getlength(h)) + 2 * pad)
               for w, h in zip(widths, TABLE_COLUMNS, strict=True)]
-    table_w = sum(widths)
+    suptitle = f"CheXpercept stage accuracy (%) per path, oracle setting: {oracle_setting}"
+    table_w = max(sum(widths), math.ceil(title_font.getlength(suptitle)))  # title never cut
     title_h, gap = round(TABLE_TITLE_PT * px * 2.2), round(TABLE_ROW_PT * px)
     height = margin + title_h + sum(title_h + row_h * (1 + max(len(rows), 1)) + gap
                                     for _, rows in tables) + margin
     image = Image.new("RGB", (table_w + 2 * margin, height), "white")
     draw = ImageDraw.Draw(image)
-    suptitle = f"CheXpercept stage accuracy (%) per path, oracle setting: {oracle_setting}"
     draw.text(((table_w + 2 * margin) / 2, margin + title_h / 2), suptitle, fill="black",
               font=title_font, anchor="mm")
     y = margin + title_h
@@ -292,7 +353,7 @@ def _grouped_bars(models: Sequence[str], series: Sequence[Sequence[float]],
     """
     n_models, n_series = len(models), len(labels)
     width = 0.8 / n_series
-    fig = _figure((max(6.0, 1.6 + 0.9 * n_models * n_series / 3), 5))
+    fig = _figure((max(7.5, 1.6 + 0.9 * n_models * n_series / 3), 5 + _tick_room(models)))
     ax = fig.subplots()
     cell_labels: list[_Label] = []
     for j, label in enumerate(labels):
@@ -322,13 +383,33 @@ def _grouped_bars(models: Sequence[str], series: Sequence[Sequence[float]],
             cell_labels.append(_Label(ax, bar.get_x() + bar.get_width() / 2, top + 1, text,
                                       6, anchor="md"))
     ax.set_xticks(range(n_models))
-    ax.set_xticklabels(models, rotation=30, ha="right")
+    _model_ticks(ax, models)
     ax.set_ylim(0, 110)
     ax.set_ylabel("Accuracy (%)")
-    ax.set_title(title)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title("\n".join(wrap_title(line, fig.get_figwidth() - 1.2, _TITLE_PT)
+                           for line in title.split("\n")))
+    # outside the axes: never over a bar or its label
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     return _save(fig, path, cell_labels)
+
+
+def _tick_room(models: Sequence[str]) -> float:
+    """Extra figure height (inches) for vertical, wrapped run names (:func:`_model_ticks`)."""
+    return 1.3 if any(len(m) > LABEL_CHARS for m in models) else 0.0
+
+
+def _model_ticks(ax: Any, models: Sequence[str]) -> None:
+    """Run names as x tick labels of ``ax`` (ticks already set).
+
+    At 30 degrees when every name is short, else wrapped (:func:`wrap_label`) and vertical,
+    so that multi-line names never run into each other.
+    """
+    if all(len(m) <= LABEL_CHARS for m in models):
+        ax.set_xticklabels(models, rotation=30, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticklabels([wrap_label(m) for m in models], rotation=90, ha="center",
+                           va="top", multialignment="right")
 
 
 def _heatmap(ax: Any, grid: Any, cmap: Any, vmin: float, vmax: float) -> Any:
@@ -361,7 +442,7 @@ def _depth_heatmap(all_metrics: Sequence[RunMetrics], oracle_setting: str, path:
             grid[i, -1] = chance.cells.get("all", qa_path, "depth")[0]
     cmap = colormaps["YlGn"].with_extremes(bad="#DDDDDD")
     vmax = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
-    fig = _figure((max(5.0, 2.5 + 1.1 * len(models)), 3.6))
+    fig = _figure((max(5.0, 2.5 + 1.1 * len(models)), 3.6 + _tick_room(models)))
     ax = fig.subplots()
     top = max(vmax, 1e-9)
     image = _heatmap(ax, grid, cmap, 0, top)
@@ -369,10 +450,11 @@ def _depth_heatmap(all_metrics: Sequence[RunMetrics], oracle_setting: str, path:
                           color="white" if not np.isnan(v) and v > 0.6 * top else "black")
                    for i, row in enumerate(grid.tolist()) for j, v in enumerate(row)]
     ax.set_xticks([j + 0.5 for j in range(len(models))])
-    ax.set_xticklabels(models, rotation=30, ha="right")
+    _model_ticks(ax, models)
     ax.set_yticks([i + 0.5 for i in range(len(QA_PATHS))])
     ax.set_yticklabels([PATH_TITLES[p] for p in QA_PATHS])
-    ax.set_title(f"End-to-end mean depth (oracle setting: {oracle_setting})")
+    ax.set_title(wrap_title(f"End-to-end mean depth (oracle setting: {oracle_setting})",
+                            fig.get_figwidth() - 2.5, _TITLE_PT))
     fig.colorbar(image, ax=ax, label="mean depth (stages)")
     fig.tight_layout()
     return _save(fig, path, cell_labels)
@@ -383,9 +465,11 @@ def _lesion_heatmap(analyses: Sequence[RunAnalysis], oracle_setting: str, path: 
     import numpy as np
     from matplotlib import colormaps
 
-    names = [a.name for a in analyses]
+    names = [wrap_label(a.name, HEATMAP_LABEL_CHARS, 2) for a in analyses]
     cmap = colormaps["viridis"].with_extremes(bad="#DDDDDD")
-    fig = _figure((4 * 4.2, 1.8 + 0.32 * len(names)))
+    # rows tall enough for two-line names; room below for the rotated lesion names
+    fig = _figure((4 * 4.2, 2.9 + 0.34 * len(names)))
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(1, 4, sharey=True)
     image = None
     cell_labels: list[_Label] = []
@@ -398,7 +482,7 @@ def _lesion_heatmap(analyses: Sequence[RunAnalysis], oracle_setting: str, path: 
                         for i, row in enumerate(grid.tolist()) for j, v in enumerate(row)]
         ax.set_title(f"Stage {k} ({TABLE_COLUMNS[1 + k].split('(')[1].rstrip(')')})")
         ax.set_xticks([j + 0.5 for j in range(len(LESIONS))])
-        ax.set_xticklabels(LESIONS, rotation=40, ha="right")
+        ax.set_xticklabels(LESIONS, rotation=40, ha="right", rotation_mode="anchor")
         ax.tick_params(axis="y", length=0)
     # the y axis is shared: set its ticks once (labels show on the first panel only)
     axes[0].set_yticks([i + 0.5 for i in range(len(names))])
@@ -406,13 +490,16 @@ def _lesion_heatmap(analyses: Sequence[RunAnalysis], oracle_setting: str, path: 
     fig.suptitle(f"Oracle-passed accuracy (%) by lesion, all paths asking the stage "
                  f"(oracle setting: {oracle_setting})", fontweight="bold")
     fig.colorbar(image, ax=list(axes), label="accuracy (%)", fraction=0.02)
-    return _save(fig, path, cell_labels)
+    return _save(fig, path, cell_labels)  # labels are placed after the layout ran (draw)
 
 
 def _funnel(analyses: Sequence[RunAnalysis], oracle_setting: str, path: Path) -> Path:
     """Share of cases still end-to-end correct after each stage, one panel per path."""
     colors = model_colors([a.name for a in analyses])
-    fig = _figure((14, 4.8))
+    ncol = min(len(analyses), FUNNEL_LEGEND_COLUMNS)
+    legend_rows = math.ceil(len(analyses) / max(ncol, 1))
+    fig = _figure((14, 4.8 + 0.36 * legend_rows))
+    fig.set_layout_engine("constrained")
     axes = fig.subplots(1, len(QA_PATHS), sharey=True)
     for ax, qa_path in zip(axes, QA_PATHS, strict=True):
         levels = list(range(0, MAX_DEPTH[qa_path] + 1))
@@ -424,7 +511,7 @@ def _funnel(analyses: Sequence[RunAnalysis], oracle_setting: str, path: Path) ->
             chance = a.run is None
             ax.plot(levels, ys, color=colors[a.name], linestyle="--" if chance else "-",
                     marker="o", markersize=3, linewidth=1.2,
-                    label="chance (uniform guess)" if chance else a.name)
+                    label="chance (uniform guess)" if chance else wrap_label(a.name, 36, 2))
             # 95% intervals as plain vertical segments: one collection per model, where
             # errorbar() would add a line, two cap markers and a collection per call
             bars = [(k, 100 * c[1], 100 * c[2]) for k, c in zip(levels[1:], cells, strict=True)
@@ -432,18 +519,22 @@ def _funnel(analyses: Sequence[RunAnalysis], oracle_setting: str, path: Path) ->
             if bars:
                 ax.vlines(*zip(*bars, strict=True), color=colors[a.name], linewidth=0.9)
         ax.set_xticks(levels)
-        ax.set_xticklabels(["start", *(f"S{k}" for k in levels[1:])])
+        # level k = the path's k-th stage (revision-free: 1, 2, 4; docs/metrics.md, "Depth")
+        ax.set_xticklabels(["start", *(f"S{s}" for s in PATH_STAGES[qa_path])])
         ax.set_xlabel("after stage (cardiomegaly: last level = bonus)")
         ax.set_title(PATH_TITLES[qa_path])
         ax.set_ylim(0, 105)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("cases still correct end-to-end (%)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=7, frameon=False)
+    handles, labels = {}, {}
+    for ax in axes:  # a run drawn in any panel (a path it has no cases of is skipped)
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+            labels.setdefault(label, label)
+    if handles:
+        fig.legend(list(handles.values()), list(labels.values()), loc="outside lower center",
+                   ncol=min(len(handles), FUNNEL_LEGEND_COLUMNS), fontsize=7, frameon=False)
     fig.suptitle(f"End-to-end funnel (oracle setting: {oracle_setting})", fontweight="bold")
-    # every label here is fixed text, so fixed margins (what tight_layout(rect=(0, 0, 0.8,
-    # 0.95)) computes for them) spare a layout pass over all artists; the legend gets 20%
-    fig.subplots_adjust(left=0.05, right=0.79, bottom=0.115, top=0.82, wspace=0.06)
     return _save(fig, path)
 
 
@@ -504,11 +595,11 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
         paths = [
             _stage_accuracy(all_metrics, oracle_setting, out_dir / names["stage"], chance),
             _grouped_bars(models, rev, REVISION_LABELS,
-                          f"Contour revision detail, revision-required "
+                          f"Contour revision detail, revision-required\n"
                           f"(oracle setting: {oracle_setting})",
                           out_dir / names["revision"], rev_bounds),
             _grouped_bars(models, att, ATTRIBUTE_LABELS,
-                          f"Attribute extraction detail, revision-required + revision-free "
+                          f"Attribute extraction detail, revision-required + revision-free\n"
                           f"(oracle setting: {oracle_setting})",
                           out_dir / names["attribute"], att_bounds),
             _depth_heatmap(all_metrics, oracle_setting, out_dir / names["depth"], chance),

@@ -1,0 +1,437 @@
+"""Stage 04: the case viewer, a static HTML folder that shows each dialogue of one or more runs.
+
+Reads, per run, ``<run_dir>/all_results.json`` (stage results, ``chat_history``),
+``<run_dir>/records.jsonl`` (parsed answer, status and parser reason per turn, the oracle
+action before it) and ``<run_dir>/run_manifest.json`` (model, settings, commit), and writes
+``<out_dir>/viewer/``:
+
+- ``index.html``, ``viewer.js``, ``viewer.css``: copied from ``viewer_assets/`` (plain files,
+  no build step, nothing fetched from the network);
+- ``data/index.js``: one compact script assigning ``window.CHEX_INDEX`` (every case's lesion,
+  path and per-stage result per run, the runs' manifests); loaded by a ``<script>`` tag, which
+  works from ``file://`` where ``fetch()`` does not;
+- ``data/r<run>_c<chunk>.js``: the dialogues, :data:`CHUNK_SIZE` cases per file, loaded only
+  when a case of the chunk is opened (or a text search needs the replies);
+- with ``image_max_side``: ``images/<hash>.jpg``, small copies of the images for sharing the
+  folder; otherwise the pages reference the bundle's PNGs by relative path (nothing copied).
+
+The page layout and keys are in docs/viewer.md. The run's files are found and read through
+:class:`~chexpercept.run_store.RunStore`; ``records.jsonl`` is read without the store's repair
+of a torn last line (:func:`read_turn_records`), so a viewer written while Stage 03 still runs
+never touches its files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from chexpercept import io
+from chexpercept.analysis.case_table import expected_stages
+from chexpercept.analysis.runs import RunRef
+from chexpercept.errors import InputError
+from chexpercept.files import read_jsonl
+from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.provenance import redact_secrets
+from chexpercept.run_store import RunStore
+from chexpercept.schema import STATUSES
+
+logger = logging.getLogger(__name__)
+
+#: Folder written into the analysis folder.
+VIEWER_DIR = "viewer"
+#: The page to open.
+VIEWER_HTML = "index.html"
+#: Static files copied from the package's ``viewer_assets/``.
+ASSET_FILES = ("index.html", "viewer.js", "viewer.css")
+#: Cases per lazily loaded detail file: about 1.3 MB per file with nine turns of half-kB
+#: questions and replies, which a case page loads and renders in about 0.2 s
+#: (docs/viewer.md, "Performance").
+CHUNK_SIZE = 200
+#: Manifest fields the viewer shows (nothing else of the manifest is copied; the server
+#: address in ``provider_runtime`` stays out).
+MANIFEST_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
+                   "seed", "protocol_version", "system_prompt_sha256", "benchmark_json_sha256",
+                   "git_commit", "git_dirty", "created_at")
+#: Stage result blocks of ``all_results.json``, stage 1..4.
+_BLOCKS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",
+           "attribute_extraction_qa")
+_RECORD_FIELDS = ("parsed", "answer", "status", "detail", "correct", "finish_reason",
+                  "latency_s", "attempts", "usage", "error")
+
+
+@dataclass(frozen=True)
+class ViewerRun:
+    """One run shown by the viewer.
+
+    Attributes:
+        name: Label (``<provider>_<model>[_no_thinking]``).
+        oracle_setting: ``explicit`` / ``implicit`` / ``none``.
+        run_dir: The ``oracle_<setting>/`` folder.
+    """
+
+    name: str
+    oracle_setting: str
+    run_dir: Path
+
+    @classmethod
+    def from_ref(cls, ref: RunRef) -> ViewerRun:
+        """The viewer's view of a discovered run."""
+        return cls(ref.name, ref.oracle_setting, Path(ref.run_dir))
+
+    @property
+    def label(self) -> str:
+        """``<name>.oracle_<setting>`` (unique among runs of one results folder)."""
+        return f"{self.name}.oracle_{self.oracle_setting}"
+
+
+def turn_stage(turn: str) -> int:
+    """Stage (1-4) of a turn name of ``_chat_history_idx``.
+
+    Names and stages: docs/evaluation_protocol.md, "Turn order".
+
+    Raises:
+        InputError: If the name is not a turn name.
+    """
+    for k, block in enumerate(_BLOCKS, start=1):
+        if turn == block or turn.startswith(block + "_"):
+            return k
+    raise InputError(f"unknown turn name '{turn}'")
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_or_none(turn: str) -> int | None:
+    """:func:`turn_stage`, or None for a name that is not a turn (shown without stage)."""
+    try:
+        return turn_stage(turn)
+    except InputError:
+        return None
+
+
+def _ground_truth(record: Mapping[str, Any], turn: str, stage: int) -> Any:
+    """The ground truth of ``turn`` (of ``stage``) from the case's blocks (None when absent)."""
+    name = _BLOCKS[stage - 1]
+    truth = (record.get(name) or {}).get("ground_truth")
+    if turn == name:
+        return truth
+    return truth.get(turn[len(name) + 1:]) if isinstance(truth, Mapping) else None
+
+
+def read_turn_records(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """``request_id`` -> record of the run's ``records.jsonl`` ({} when the file is absent).
+
+    Read only (a Stage 03 run may still be appending): the first record of a turn is kept and
+    a torn last line is skipped, as :meth:`RunStore.load_records` does, without its repair of
+    the file (docs/evaluation_protocol.md, "Run folder").
+
+    Raises:
+        SchemaError: If a line other than the last is not valid JSON (names the file).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for rec in read_jsonl(RunStore(run_dir).records_path):
+        rid = rec.get("request_id") or f"{rec.get('key_id')}/{rec.get('turn')}"
+        out.setdefault(str(rid), rec)
+    return out
+
+
+def _manifest(run_dir: Path) -> tuple[dict[str, Any], Path | None]:
+    """The shown manifest fields (secrets redacted) and the manifest's ``benchmark_dir``."""
+    store = RunStore(run_dir)
+    data = store.read_manifest()
+    path = store.manifest_path
+    if data is None:
+        return {}, None
+    if not isinstance(data, Mapping):
+        raise InputError(f"{path}: the run manifest is not a JSON object")
+    bench = data.get("benchmark_dir")
+    return (redact_secrets({k: data[k] for k in MANIFEST_FIELDS if k in data}),
+            Path(bench) if isinstance(bench, str) and bench else None)
+
+
+class _Images:
+    """Turns image paths into URLs relative to the viewer folder (copies them if asked)."""
+
+    def __init__(self, viewer_dir: Path, max_side: int | None, benchmark_dir: Path | None):
+        self.viewer_dir = viewer_dir
+        self.max_side = max_side
+        self.benchmark_dir = benchmark_dir
+        self.done: dict[str, str | None] = {}
+        self.missing = 0
+
+    def _resolve(self, text: str) -> Path | None:
+        path = Path(text)
+        if path.is_file():
+            return path.resolve()
+        if self.benchmark_dir is not None:  # bundle moved: retry under the manifest's folder
+            parts = path.parts
+            if "chexpercept" in parts:
+                tail = parts[len(parts) - 1 - parts[::-1].index("chexpercept"):]
+                alt = self.benchmark_dir.joinpath(*tail)
+                if alt.is_file():
+                    return alt.resolve()
+        return None
+
+    def url(self, text: str) -> str | None:
+        """Relative URL of the image, or None when the file is missing."""
+        if text in self.done:
+            return self.done[text]
+        path = self._resolve(text)
+        url: str | None = None
+        if path is None:
+            self.missing += 1
+        elif self.max_side:
+            name = hashlib.sha1(str(path).encode("utf-8")).hexdigest()[:20] + ".jpg"
+            target = self.viewer_dir / "images" / name
+            if not target.is_file():
+                _write_small_copy(path, target, self.max_side)
+            url = f"images/{name}"
+        else:
+            url = urllib.parse.quote(Path(os.path.relpath(path, self.viewer_dir)).as_posix())
+        self.done[text] = url
+        return url
+
+
+def _write_small_copy(src: Path, target: Path, max_side: int) -> None:
+    """A JPEG copy of ``src`` whose longer side is at most ``max_side`` pixels."""
+    import io as _io
+
+    from PIL import Image
+
+    with Image.open(src) as image:
+        image = image.convert("RGB")
+        image.thumbnail((max_side, max_side))
+        buf = _io.BytesIO()
+        image.save(buf, format="jpeg", quality=85)
+    io.write_bytes_atomic(target, buf.getvalue())
+
+
+def _stage_codes(record: Mapping[str, Any], lesion: str, qa_path: str) -> tuple[str, int]:
+    """Per-stage codes and the end-to-end depth of one case.
+
+    Codes, stage 1-4: ``1`` right, ``0`` wrong, ``-`` not asked, ``?`` expected but absent;
+    depth: stages right from stage 1 on, with the cardiomegaly bonus (docs/metrics.md,
+    "Depth").
+    """
+    asked = expected_stages(qa_path, lesion) if qa_path in QA_PATHS else ()
+    codes = []
+    for k, block in enumerate(_BLOCKS, start=1):
+        if k not in asked:
+            codes.append("-")
+            continue
+        value = (record.get(block) or {}).get("correct")
+        codes.append("?" if not isinstance(value, bool) else "1" if value else "0")
+    depth = 0
+    for k in asked:
+        if codes[k - 1] != "1":
+            break
+        depth += 1
+    if asked and depth == len(asked) and lesion in NO_ATTRIBUTE_LESIONS and qa_path != \
+            "lesion_free":
+        depth += 1  # the cardiomegaly bonus stage (docs/metrics.md, "Depth")
+    return "".join(codes), depth
+
+
+def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, Any],
+                 images: _Images) -> dict[str, Any]:
+    """The dialogue of one case as the model received it (docs/viewer.md, "Case page")."""
+    history = record.get("chat_history") or []
+    index = record.get("_chat_history_idx") or {}
+    names = {i: name for name, i in index.items() if isinstance(i, int)}
+    turns = []
+    for i, entry in enumerate(history):
+        if not isinstance(entry, list):  # a damaged entry is shown as text, never dropped
+            entry = [str(entry)]
+        name = names.get(i, f"turn_{i}")
+        rec = records.get(f"{key_id}/{name}", {})
+        oracle = rec.get("oracle") or {}
+        text = str(entry[0]) if entry else ""
+        prefix = oracle.get("prefix")
+        if prefix and text.startswith(prefix):
+            text = text[len(prefix):].lstrip("\n")
+        shown = str(entry[2]) if len(entry) > 2 else ""
+        original = str(entry[3]) if len(entry) > 3 else None
+        stage = _stage_or_none(name)
+        turn: dict[str, Any] = {
+            "name": name,
+            "stage": stage,
+            "text": text,
+            "prefix": prefix or None,
+            "images": [{"url": images.url(str(p)), "name": os.path.basename(str(p))}
+                       for p in (entry[1] if len(entry) > 1 else [])],
+            "raw": rec.get("raw", original if original is not None else shown),
+            # what later requests replayed: the ground truth when the implicit oracle patched it
+            "replayed": shown if original is not None else None,
+            "patched_before": list(oracle.get("patched") or []),
+            "gt": _ground_truth(record, name, stage) if stage else None,
+        }
+        turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
+        turns.append(turn)
+    detail: dict[str, Any] = {"turns": turns}
+    unfinished = record.get("unfinished")
+    if isinstance(unfinished, Mapping):
+        detail["unfinished"] = dict(unfinished)
+    return detail
+
+
+def _dump(payload: Any) -> str:
+    """Compact JSON of data that is plain JSON already.
+
+    Skips the conversion pass of ``files.dumps_json``, which took most of the write time on a
+    10,400-case run (benchmarks/bench_viewer.py).
+    """
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def _statuses_mask(detail: Mapping[str, Any], record: Mapping[str, Any]) -> int:
+    """Bit i set when a turn of the case has status ``STATUSES[i]``."""
+    found = {t.get("status") for t in detail["turns"]}
+    if found == {None}:  # no records.jsonl: the results' status keys (none in release files)
+        for block in _BLOCKS:
+            b = record.get(block) or {}
+            found.add(b.get("status"))
+            found.update(v.get("status") for v in b.values() if isinstance(v, Mapping))
+    return sum(1 << i for i, s in enumerate(STATUSES) if s in found)
+
+
+def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
+                 system_prompt: str | None = None, image_max_side: int | None = None,
+                 chunk_size: int = CHUNK_SIZE) -> Path:
+    """Write the static case viewer of ``runs`` into ``<out_dir>/viewer/``.
+
+    Cases are listed in the first run's file order, then any case only a later run has.
+    Files of an earlier viewer in the folder are replaced (its ``data/`` and ``images/`` are
+    removed first); images are never copied unless ``image_max_side`` is given.
+
+    Args:
+        runs: One or more runs (typically of one benchmark bundle); the first two are shown
+            side by side by default.
+        out_dir: Folder that receives ``viewer/`` (e.g. ``all_models_oracle_<setting>/``).
+        system_prompt: The system prompt Stage 03 sends; shown for a run whose manifest's
+            ``system_prompt_sha256`` matches it, otherwise only the hash is shown.
+        image_max_side: Write JPEG copies whose longer side is at most this many pixels
+            into ``viewer/images/`` (to share the folder without the bundle); None: link the
+            bundle's images.
+        chunk_size: Cases per lazily loaded detail file.
+
+    Returns:
+        The path of ``viewer/index.html``.
+
+    Raises:
+        InputError: If ``runs`` is empty, a run has no ``all_results.json`` or its content
+            is not a JSON object keyed by key_id.
+        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON.
+    """
+    if not runs:
+        raise InputError("the viewer needs at least one run")
+    if chunk_size < 1:
+        raise InputError(f"chunk_size must be at least 1, got {chunk_size}")
+    viewer_runs = [r if isinstance(r, ViewerRun) else ViewerRun.from_ref(r) for r in runs]
+    viewer_dir = Path(out_dir) / VIEWER_DIR
+    data_dir = viewer_dir / "data"
+    for stale in (data_dir, viewer_dir / "images"):  # no chunk or copy of an earlier viewer
+        if stale.is_dir():
+            shutil.rmtree(stale)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    prompt_sha = (hashlib.sha256(system_prompt.encode("utf-8")).hexdigest()
+                  if system_prompt is not None else None)
+
+    order: dict[str, int] = {}  # key_id -> row; first run's file order, then new cases
+    lesion_of: list[str] = []
+    path_of: list[str] = []
+    index_runs, per_run = [], []
+    for r, run in enumerate(viewer_runs):
+        # one run at a time, each record dropped once converted: peak memory ~ one run
+        values, meta = _write_run(r, run, data_dir, order, lesion_of, path_of,
+                                  _Images(viewer_dir, image_max_side, None), chunk_size)
+        sha = meta["manifest"].get("system_prompt_sha256")
+        meta["system_prompt"] = system_prompt if sha and sha == prompt_sha else None
+        index_runs.append(meta)
+        per_run.append(values)
+    n = len(order)
+    results_index = [{"codes": [v.get(i, (None,))[0] for i in range(n)],
+                      "depth": [v.get(i, (None, None))[1] for i in range(n)],
+                      "status": [v.get(i, (None, None, 0))[2] for i in range(n)],
+                      "unfinished": [v.get(i, (None, None, 0, 0))[3] for i in range(n)]}
+                     for v in per_run]
+    index = {"version": 1, "lesions": list(LESIONS), "paths": list(QA_PATHS),
+             "statuses": list(STATUSES), "chunk_size": chunk_size, "keys": list(order),
+             "lesion": lesion_of, "path": path_of, "runs": index_runs,
+             "results": results_index}
+    io.write_text_atomic(data_dir / "index.js",
+                         f"window.CHEX_INDEX = {_dump(index)};\n")
+    assets = resources.files("chexpercept.analysis") / "viewer_assets"
+    for name in ASSET_FILES:
+        io.write_bytes_atomic(viewer_dir / name, (assets / name).read_bytes())
+    logger.info("viewer of %d run(s), %d case(s): %s", len(viewer_runs), len(order),
+                viewer_dir / VIEWER_HTML)
+    return viewer_dir / VIEWER_HTML
+
+
+def _write_run(r: int, run: ViewerRun, data_dir: Path, order: dict[str, int],
+               lesion_of: list[str], path_of: list[str], images: _Images, chunk_size: int
+               ) -> tuple[dict[int, tuple[str, int, int, int]], dict[str, Any]]:
+    """Convert run ``r`` and write its chunk files; extend ``order``/``lesion_of``/``path_of``.
+
+    Returns:
+        ``(values, meta)``: row -> (stage codes, depth, status mask, unfinished flag) of the
+        run's cases, and the run's entry of the index (without ``system_prompt``).
+    """
+    store = RunStore(run.run_dir)
+    path = store.results_path
+    if not path.is_file():
+        raise InputError(f"{path}: no all_results.json (is {run.run_dir} a Stage 03 run "
+                         "folder?)")
+    results = store.read_results(validate=False, missing_ok=False)
+    if not isinstance(results, dict):
+        raise InputError(f"{path}: expected a JSON object keyed by key_id")
+    manifest, images.benchmark_dir = _manifest(run.run_dir)
+    records = read_turn_records(run.run_dir)
+    n_cases = len(results)
+    values: dict[int, tuple[str, int, int, int]] = {}
+    chunks: dict[int, dict[str, Any]] = {}
+    for key in list(results):
+        record = results.pop(key)  # the parsed record is freed once converted
+        if not isinstance(record, Mapping):
+            raise InputError(f"{path}: entry '{key}' is not a JSON object")
+        key = str(key)
+        i = order.setdefault(key, len(order))
+        if i == len(lesion_of):
+            lesion_of.append(lesion_from_key_id(key) if _known_lesion(key) else "")
+            path_of.append("")
+        qa_path = str(record.get("qa_path", ""))
+        if not path_of[i]:
+            path_of[i] = qa_path
+        codes, depth = _stage_codes(record, lesion_of[i] or LESIONS[0], qa_path)
+        detail = _case_detail(record, key, records, images)
+        values[i] = (codes, depth, _statuses_mask(detail, record),
+                     1 if "unfinished" in detail else 0)
+        chunks.setdefault(i // chunk_size, {})[key] = detail
+    del results, records
+    for c in sorted(chunks):
+        io.write_text_atomic(data_dir / f"r{r}_c{c}.js",
+                             f"window.chexChunk({r},{c},{_dump(chunks.pop(c))});\n")
+    if images.missing:
+        logger.warning("%s: %d image(s) named in chat_history are missing; the viewer shows "
+                       "their names only", run.label, images.missing)
+    meta = {"name": run.name, "label": run.label, "oracle_setting": run.oracle_setting,
+            "manifest": manifest, "n_cases": n_cases, "missing_images": images.missing,
+            "chunks": sorted({i // chunk_size for i in values})}
+    return values, meta
+
+
+def _known_lesion(key_id: str) -> bool:
+    try:
+        lesion_from_key_id(key_id)
+    except InputError:  # an unknown prefix is shown as an empty lesion
+        return False
+    return True
