@@ -20,21 +20,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from chexpercept import io
-from chexpercept.analysis import (
-    COMPARE_COLUMNS,
-    analyse_run_file,
-    format_cell,
-    format_comparison,
-    paired_comparison,
-    run_from_dir,
-)
+from chexpercept.analysis.api import compare_runs
 from chexpercept.schema import load_chexpercept_config
 from utils.cli import add_common_args, add_config_arg, non_negative_int, run_main, setup_logging
 
@@ -70,27 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level, None, name="02_compare_runs", progress=not args.no_progress)
     seed = args.seed if args.seed is not None else (
         load_chexpercept_config(args.config).seed if args.config else 0)
-    run_a, run_b = run_from_dir(args.run_a), run_from_dir(args.run_b)
-    label_a, label_b = (f"{r.name}.oracle_{r.oracle_setting}" for r in (run_a, run_b))
-    a = analyse_run_file(run_a, n_boot=0, seed=seed)
-    b = analyse_run_file(run_b, n_boot=0, seed=seed)
-    rows = paired_comparison(a.table, b.table, n_boot=args.bootstrap, seed=seed,
-                             label_a=label_a, label_b=label_b)
-    out_root = (Path(args.output_dir) if args.output_dir else
-                Path(os.path.commonpath([run_a.run_dir.resolve(), run_b.run_dir.resolve()])))
-    out = out_root / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
-
-    def cell(key: str, value: object) -> object:
-        if key == "p_value" and isinstance(value, float) and not math.isnan(value):
-            return f"{value:.6g}"
-        return format_cell(value)
-
-    io.write_csv_atomic(out, [{k: cell(k, v) for k, v in r.as_row().items()} for r in rows],
-                        COMPARE_COLUMNS)
-    print(format_comparison(rows, label_a, label_b))
-    print(f"\nOutput:\n  {out}")
-    logger.info("done: compared %d case(s), %d row(s), 0 failed; output %s", a.table.n_cases,
-                len(rows), out)
+    result = compare_runs(args.run_a, args.run_b, output_dir=args.output_dir,
+                          n_boot=args.bootstrap, seed=seed)
+    print(result.text)
+    print(f"\nOutput:\n  {result.csv_path}")
     return 0
 
 

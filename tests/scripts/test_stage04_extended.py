@@ -198,3 +198,21 @@ def test_run_covering_part_of_the_benchmark_is_reported(tmp_path, capsys):
     assert _main(ANALYZE)(_args(res, tmp_path / "out", "--benchmark-dir", str(bench))) == 0
     err = capsys.readouterr().err
     assert "dummy_baseline has results for 2 of the benchmark's 3 cases" in err
+
+
+def test_compare_runs_api_writes_what_the_cli_writes(results, tmp_path, capsys):
+    from chexpercept.analysis.api import compare_runs
+
+    a = results / "dummy_baseline" / "oracle_implicit"
+    b = results / "random_baseline" / "oracle_implicit"
+    assert _main(COMPARE)(["--run-a", str(a), "--run-b", str(b), "--output-dir",
+                           str(tmp_path / "cli"), "--bootstrap", "50", "--seed", "4",
+                           "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    result = compare_runs(a, b, output_dir=tmp_path / "api", n_boot=50, seed=4)
+    cli_csv = tmp_path / "cli" / "paired_comparisons" / result.csv_path.name
+    assert result.csv_path.read_bytes() == cli_csv.read_bytes()
+    assert result.text in printed and result.n_cases == 3
+    assert [r.as_row()["metric"] for r in result.rows][:1] == [_rows(cli_csv)[0]["metric"]]
+    # without output_dir: next to the inputs (the folder holding both runs)
+    assert compare_runs(a, b, n_boot=0).csv_path.parent == results / "paired_comparisons"

@@ -8,12 +8,15 @@
                      benchmark_dir="data/chexpercept")
     print(result.summary)
 
+``02_compare_runs.py`` calls :func:`compare_runs` the same way.
 What each output holds is in docs/metrics.md, "Output files".
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,12 @@ from typing import Any
 
 from chexpercept import io
 from chexpercept.analysis.chance import load_chance_or_none
+from chexpercept.analysis.compare import (
+    COMPARE_COLUMNS,
+    PairedRow,
+    format_comparison,
+    paired_comparison,
+)
 from chexpercept.analysis.extended import (
     RunAnalysis,
     analyse_chance,
@@ -30,11 +39,12 @@ from chexpercept.analysis.extended import (
 from chexpercept.analysis.markdown import render_report, write_report
 from chexpercept.analysis.plots import write_plots
 from chexpercept.analysis.release_tables import (
+    format_cell,
     format_summary_table,
     write_all_models_csvs,
     write_model_csvs,
 )
-from chexpercept.analysis.runs import discover_runs
+from chexpercept.analysis.runs import discover_runs, run_from_dir
 from chexpercept.analysis.viewer import write_viewer
 
 logger = logging.getLogger(__name__)
@@ -159,3 +169,64 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
                 "failed; outputs in %s", len(all_metrics), n_cases, n_missing,
                 result.out_dir if all_models else ", ".join(str(r.run_dir) for r in runs))
     return result
+
+
+@dataclass
+class ComparisonResult:
+    """What :func:`compare_runs` produced.
+
+    Attributes:
+        rows: The paired rows (docs/metrics.md, "Paired comparison"), pooled rows first.
+        csv_path: ``<output_dir>/paired_comparisons/<A>_vs_<B>.csv``.
+        text: The pooled rows as a table (printed by the CLI).
+        n_cases: Cases compared (the same in both runs).
+    """
+
+    rows: list[PairedRow]
+    csv_path: Path
+    text: str
+    n_cases: int
+
+
+def _compare_cell(key: str, value: object) -> object:
+    """CSV text of one comparison cell (p-values with 6 significant digits)."""
+    if key == "p_value" and isinstance(value, float) and not math.isnan(value):
+        return f"{value:.6g}"
+    return format_cell(value)
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *, output_dir: str | Path | None = None,
+                 n_boot: int = 1000, seed: int = 0) -> ComparisonResult:
+    """Compare two Stage 03 runs on the same cases and write the paired CSV.
+
+    Args:
+        run_a: Run A: an ``oracle_<setting>/`` folder or its ``all_results.json``.
+        run_b: Run B, compared with A as B - A.
+        output_dir: Folder receiving ``paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` is
+            ``<run>.oracle_<setting>``); None: the deepest folder holding both runs, next to
+            the inputs (never the source tree).
+        n_boot: Paired bootstrap resamples (0: no intervals).
+        seed: Bootstrap seed.
+
+    Returns:
+        The :class:`ComparisonResult`.
+
+    Raises:
+        InputError: If a run folder has no ``all_results.json``.
+        SchemaError: If a file is invalid, or the runs' key_id sets differ (names them).
+    """
+    ref_a, ref_b = run_from_dir(run_a), run_from_dir(run_b)
+    label_a, label_b = (f"{r.name}.oracle_{r.oracle_setting}" for r in (ref_a, ref_b))
+    a = analyse_run_file(ref_a, n_boot=0, seed=seed)
+    b = analyse_run_file(ref_b, n_boot=0, seed=seed)
+    rows = paired_comparison(a.table, b.table, n_boot=n_boot, seed=seed, label_a=label_a,
+                             label_b=label_b)
+    out_root = Path(output_dir) if output_dir is not None else Path(
+        os.path.commonpath([ref_a.run_dir.resolve(), ref_b.run_dir.resolve()]))
+    out = out_root / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
+    io.write_csv_atomic(out, [{k: _compare_cell(k, v) for k, v in r.as_row().items()}
+                              for r in rows], COMPARE_COLUMNS)
+    logger.info("done: compared %d case(s), %d row(s), 0 failed; output %s", a.table.n_cases,
+                len(rows), out)
+    return ComparisonResult(rows, out, format_comparison(rows, label_a, label_b),
+                            a.table.n_cases)
