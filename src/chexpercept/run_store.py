@@ -200,14 +200,25 @@ class RunStore:
             io.write_bytes_atomic(path, data[:cut])
 
     def load_records(self) -> Records:
-        """Repair a torn last line, then index the records by key_id and turn.
+        """Repair a torn last line, then index the records (:meth:`read_records`).
 
-        A duplicate (key_id, turn) keeps its first record (logged).
+        For the run's own writer: the repair lets the next record start on a line of its own.
+
+        Raises:
+            SchemaError: See :meth:`read_records`.
+        """
+        self._repair(self.records_path)
+        return self.read_records()
+
+    def read_records(self) -> Records:
+        """The records indexed by key_id and turn, read only.
+
+        The file is not touched (a run may still be appending to it): a torn last line is
+        skipped, not repaired. A duplicate (key_id, turn) keeps its first record (logged).
 
         Raises:
             SchemaError: On a line that is not JSON or a record without ``key_id``/``turn``.
         """
-        self._repair(self.records_path)
         by_case: Records = {}
         for rec in io.read_jsonl(self.records_path):
             try:
@@ -225,10 +236,7 @@ class RunStore:
 
     def recorded_turns(self) -> dict[str, set[str]]:
         """key_id -> the turn names that have a record (read only: no repair)."""
-        out: dict[str, set[str]] = {}
-        for rec in io.read_jsonl(self.records_path):
-            out.setdefault(str(rec.get("key_id")), set()).add(str(rec.get("turn")))
-        return out
+        return {key_id: set(turns) for key_id, turns in self.read_records().items()}
 
     def writer(self, fsync_every: int = FSYNC_EVERY,
                fsync_interval_s: float = FSYNC_INTERVAL_S) -> RecordWriter:

@@ -66,9 +66,13 @@ def viewer_page(viewer_runs, tmp_path_factory) -> Path:
                         chunk_size=3)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """A headless system Chromium driven by Playwright (skips or fails, see module doc)."""
+    """A headless system Chromium driven by Playwright (skips or fails, see module doc).
+
+    Module-scoped: Playwright's sync API keeps an event loop running in the main thread while
+    it is open, and a later test's ``asyncio.run`` would refuse to start under it.
+    """
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

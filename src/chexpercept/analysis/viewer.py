@@ -40,7 +40,6 @@ from chexpercept import io
 from chexpercept.analysis.case_table import expected_stages
 from chexpercept.analysis.runs import RunRef
 from chexpercept.errors import InputError
-from chexpercept.files import read_jsonl
 from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.provenance import redact_secrets
 from chexpercept.run_store import RunStore
@@ -128,20 +127,19 @@ def _ground_truth(record: Mapping[str, Any], turn: str, stage: int) -> Any:
 
 
 def read_turn_records(run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """``request_id`` -> record of the run's ``records.jsonl`` ({} when the file is absent).
+    """``<key_id>/<turn>`` (the records' ``request_id``) -> record ({} without records).
 
-    Read only (a Stage 03 run may still be appending): the first record of a turn is kept and
-    a torn last line is skipped, as :meth:`RunStore.load_records` does, without its repair of
-    the file (docs/evaluation_protocol.md, "Run folder").
+    Read only, through :meth:`RunStore.read_records` (a Stage 03 run may still be appending):
+    the first record of a turn is kept and a torn last line is skipped, never repaired
+    (docs/evaluation_protocol.md, "Run folder").
 
     Raises:
-        SchemaError: If a line other than the last is not valid JSON (names the file).
+        SchemaError: If a line other than the last is not valid JSON, or a record lacks
+            ``key_id``/``turn`` (names the file).
     """
-    out: dict[str, dict[str, Any]] = {}
-    for rec in read_jsonl(RunStore(run_dir).records_path):
-        rid = rec.get("request_id") or f"{rec.get('key_id')}/{rec.get('turn')}"
-        out.setdefault(str(rid), rec)
-    return out
+    return {f"{key_id}/{turn}": rec
+            for key_id, turns in RunStore(run_dir).read_records().items()
+            for turn, rec in turns.items()}
 
 
 def _manifest(run_dir: Path) -> tuple[dict[str, Any], Path | None]:
