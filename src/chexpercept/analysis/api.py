@@ -176,7 +176,7 @@ class ComparisonResult:
     """What :func:`compare_runs` produced.
 
     Attributes:
-        rows: The paired rows (docs/metrics.md, "Paired comparison"), pooled rows first.
+        rows: The paired rows (docs/metrics.md, "Bootstrap", paired comparison), pooled rows first.
         csv_path: ``<output_dir>/paired_comparisons/<A>_vs_<B>.csv``.
         text: The pooled rows as a table (printed by the CLI).
         n_cases: Cases compared (the same in both runs).
