@@ -22,6 +22,10 @@ positive by dicom_id and by study_id, and across lesions. Outputs are reused onl
 inputs, seed and settings
 are unchanged (hash in ``sampling_summary.json``).
 
+With ``source_data_curation.source`` naming public sources (``nih-cxr14``, ``rsna-pneumonia``,
+``vindr-cxr``) the same files come from their box tables and download folders instead, plus
+``data_sources.json`` (licences; docs/curation.md, "Public sources").
+
 Example::
 
     python src/00_source_data_curation/00_sample_mimic_ils_case.py --config cfg/config.yaml

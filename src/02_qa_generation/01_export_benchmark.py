@@ -4,7 +4,10 @@ Reads ``qa_results/qa_results.json`` and the image bundle ``chexpercept/<key_id>
 ``00_generate_qa.py``. Writes ``<benchmark-dir>/chexpercept.json`` (same schema as
 qa_results.json; lesion order, then path, then key_id), ``<benchmark-dir>/chexpercept/<key_id>/``
 (hard links, or copies), ``<benchmark-dir>/sampling_summary.json`` and
-``<benchmark-dir>/stats.csv`` (cases, CXRs and QA items per lesion, path and stage; also printed).
+``<benchmark-dir>/stats.csv`` (cases, CXRs and QA items per lesion, path and stage; also printed)
+and, when Stage 00 recorded them, ``<benchmark-dir>/data_sources.json`` (licence and citation of
+each source; mixing a redistributable with a restricted source is refused unless
+``--allow-mixed-licences``).
 Cases per lesion and path come from ``qa_generation.sampling`` (paper: 100 each, at most one case
 per CXR with ``distinct_cxrs``); a shortfall takes all and is logged. The written bundle is then
 checked by the shared validator (``chexpercept.bundle``; exit 2 on a problem).
@@ -42,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--link", choices=LINK_MODES, default="hardlink",
                         help="How case files are placed: hardlink (falls back to a copy where "
                              "linking fails) or copy (default: hardlink; choices: %(choices)s).")
+    parser.add_argument("--allow-mixed-licences", action="store_true",
+                        help="Export even when a redistributable source (nih-cxr14) meets a "
+                             "restricted one (mimic-ils, vindr-cxr); the bundle is then "
+                             "restricted as a whole (default: refuse, naming each source's "
+                             "licence category).")
     add_common_args(parser)
     return parser
 
@@ -53,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_logging(args)
     report = export_benchmark_from_config(
         cfg, qa_results_json=args.qa_results_json, bundle_dir=args.bundle_dir,
-        benchmark_dir=args.benchmark_dir, link=args.link)
+        benchmark_dir=args.benchmark_dir, link=args.link,
+        allow_mixed_licences=args.allow_mixed_licences)
     print(format_stats_table(report.stats))
     for line in report.lines():
         logger.info("%s", line)

@@ -117,6 +117,23 @@ class CurationLayout:
         """``negative/summary.json``: Stage 00.03 counts and shortfalls."""
         return self.out / "negative" / "summary.json"
 
+    @property
+    def sampled_dicoms(self) -> Path:
+        """``sampled_dicoms.csv``: ``dicom_id, source`` of every CXR a public run sampled.
+
+        Written by Stage 00.00 for public sources; the ``--meta-csv`` of Stage 01.00 when the
+        anatomy masks of ``box-anatomy`` are made first (docs/curation.md, "Public sources").
+        """
+        return self.out / "sampled_dicoms.csv"
+
+    @property
+    def data_sources(self) -> Path:
+        """``data_sources.json``: licence of each source and the source of each CXR.
+
+        Written by Stage 00.00, read by the Stage 02 export (docs/curation.md, "Licences").
+        """
+        return self.out / "data_sources.json"
+
 
 @dataclass(frozen=True)
 class DeformationLayout:
@@ -254,6 +271,14 @@ class BenchmarkLayout:
     def sampling_summary_json(self) -> Path:
         """``sampling_summary.json`` (cases available/selected per lesion and path, shortfalls)."""
         return self.root / "sampling_summary.json"
+
+    @property
+    def data_sources_json(self) -> Path:
+        """``data_sources.json``: licence, citation and case count of each source exported.
+
+        docs/curation.md, "Licences".
+        """
+        return self.root / "data_sources.json"
 
     @property
     def stats_csv(self) -> Path:

@@ -19,7 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.lesions import LESIONS
@@ -48,8 +55,19 @@ class PathConfig(_Strict):
     """MIMIC-CXR-JPG ``split.csv`` (dicom_id, study_id, subject_id, split)."""
     mimic_report_path: str | None = None
     """Root of report text files ``<pNN>/<p subject>/<s study>.txt``."""
-    mimic_ils_path: str
-    """MIMIC-ILS ``mimic_ils_instruction_answer.json``."""
+    mimic_ils_path: str | None
+    """MIMIC-ILS ``mimic_ils_instruction_answer.json`` (required with ``source: mimic-ils``;
+    may be left out when ``source_data_curation.source`` names only public sources)."""
+    nih_cxr14_path: str | None = None
+    """``source: nih-cxr14``: the NIH ChestX-ray14 download, images in ``images/<name>.png``
+    (docs/curation.md, "Public sources")."""
+    rsna_pneumonia_path: str | None = None
+    """``source: rsna-pneumonia``: the Kaggle download, ``stage_2_train_images/<id>.dcm``."""
+    vindr_cxr_path: str | None = None
+    """``source: vindr-cxr``: the PhysioNet download, ``train/<image_id>.dicom``."""
+    source_tables_path: str | None = None
+    """Folder holding the public sources' annotation tables under their published names; None
+    reads the copies shipped in the installed ``torchxrayvision`` package (``data/``)."""
     mimic_ils_seg_mask_path: str | None = None
     """MIMIC-ILS ``lesion_mask/`` folder (used by the ``provided`` segmenter)."""
     chexmask_path: str | None = None
@@ -81,13 +99,43 @@ class CurationConfig(_Strict):
     """Positives kept per lesion, global pairs first then basic (release ``--max-samples``)."""
     samples_per_lesion_negative: int = Field(100, ge=0)
     """Negatives sampled per lesion (release ``--samples-per-lesion``; paper: 100)."""
-    segmenter: Literal["provided", "rosalia"] = "provided"
-    """Candidate-mask source: ``provided`` = the MIMIC-ILS lesion mask; ``rosalia`` = ROSALIA."""
+    source: list[Literal["mimic-ils", "nih-cxr14", "rsna-pneumonia", "vindr-cxr"]] = [
+        "mimic-ils"]
+    """Where cases come from: ``mimic-ils`` (credentialed MIMIC-CXR-JPG + MIMIC-ILS), or one or
+    more public box sources (docs/curation.md, "Public sources"); one name or a list of public
+    ones."""
+    segmenter: Literal["provided", "rosalia", "box-anatomy", "sam2-box"] = "provided"
+    """Candidate-mask source: ``provided`` = the MIMIC-ILS lesion mask; ``rosalia`` = ROSALIA;
+    ``box-anatomy`` = a public source's box intersected with the lungs (the heart for
+    cardiomegaly), CPU, no weights; ``sam2-box`` = SAM2 prompted with the box (weights from
+    ``mask_deformation.sam2_checkpoint``)."""
+    reader_iou: float = Field(0.4, ge=0.0, le=1.0)
+    """Public sources with several readers (VinDr-CXR): boxes of one lesion whose IoU is at
+    least this are one finding (docs/curation.md, "Reader merge rule")."""
+    min_readers: int = Field(2, ge=1)
+    """Readers who must agree on a finding for it to be kept (VinDr-CXR: 2 of 3)."""
+    box_anatomy_path: str | None = None
+    """``box-anatomy``: CheXmask-U-layout anatomy masks ``<dicom_id>/{right_lung,left_lung,
+    heart}.png`` (read like ``path.chexmask_path``, in the frame ``anatomy.provided_frame``
+    names); None uses ``path.chexmask_path``."""
+    box_anatomy_frame: Literal["original", "work"] | None = None
+    """``box-anatomy``: frame of the masks in ``box_anatomy_path``: ``work`` for Stage 01.00
+    outputs (``<work_dir>/01_mask_deformation/chexmasku_pred``), ``original`` for masks on the
+    original images; None follows ``anatomy.provided_frame``."""
+    box_smoothing_px: int = Field(7, ge=0)
+    """``box-anatomy``: radius of the opening + closing that smooths the box-lung cut
+    (docs/curation.md, "Public sources")."""
     num_annotators: int = Field(6, ge=1)
     """Annotators the sheets are split over (paper: 6 experts)."""
     positive_views: list[str] = ["PA", "AP"]
     """ViewPosition values accepted when ``mimic_meta_path`` is given (frontal views); applied
     to positives and negatives alike."""
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_one_or_list(cls, value: Any) -> Any:
+        """``source: nih-cxr14`` is short for ``source: [nih-cxr14]``."""
+        return [value] if isinstance(value, str) else value
+
     ils_splits: list[Literal["train", "val", "test"]] = ["train"]
     """MIMIC-ILS splits read (release: ``train`` only; docs/curation.md, "Sampling")."""
     mimic_cxr_splits: list[Literal["train", "validate", "test"]] | None = None
@@ -242,6 +290,19 @@ class ChexperceptConfig(_Strict):
     mask_deformation: MaskDeformationConfig = MaskDeformationConfig()
     qa_generation: QAGenerationConfig = QAGenerationConfig()
     eval_vlm_on_chexpercept: EvalConfig = EvalConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _public_needs_no_ils(cls, data: Any) -> Any:
+        """``path.mimic_ils_path`` may be left out when only public sources are read."""
+        if not isinstance(data, dict) or not isinstance(data.get("path"), dict):
+            return data
+        cur = data.get("source_data_curation")
+        source = cur.get("source") if isinstance(cur, dict) else None
+        names = [source] if isinstance(source, str) else source
+        if names and "mimic-ils" not in names and "mimic_ils_path" not in data["path"]:
+            data = {**data, "path": {**data["path"], "mimic_ils_path": None}}
+        return data
 
 
 def load_chexpercept_config(path: str | Path) -> ChexperceptConfig:

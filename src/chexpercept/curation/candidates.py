@@ -41,7 +41,7 @@ from chexpercept.lesions import LESIONS, make_key_id
 logger = logging.getLogger(__name__)
 
 #: Candidate-mask sources (config ``source_data_curation.segmenter``).
-SEGMENTERS = ("provided", "rosalia")
+SEGMENTERS = ("provided", "rosalia", "box-anatomy", "sam2-box")
 #: Review overlay: red at 33 % alpha (docs/qa_generation.md, "Thresholds"); small plots (dpi 60).
 OVERLAY_ALPHA = 0.33
 PLOT_DPI = 60

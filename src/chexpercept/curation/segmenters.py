@@ -128,6 +128,9 @@ def _create_provided(cfg: ChexperceptConfig) -> Segmenter:
 _REGISTRY: dict[str, str | Callable[[ChexperceptConfig], Segmenter]] = {
     "provided": _create_provided,
     "rosalia": "chexpercept.curation._rosalia:create_rosalia_segmenter",
+    # Public-source boxes (docs/curation.md, "Public sources").
+    "box-anatomy": "chexpercept.curation.box_segmenters:create_box_anatomy_segmenter",
+    "sam2-box": "chexpercept.curation.box_segmenters:create_sam2_box_segmenter",
 }
 """name -> factory ``f(config) -> Segmenter`` or ``"module:function"`` (imported on creation)."""
 

@@ -169,7 +169,7 @@ def generate_qa_from_config(
 def export_benchmark_from_config(
     cfg: ChexperceptConfig, *, qa_results_json: str | Path | None = None,
     bundle_dir: str | Path | None = None, benchmark_dir: str | Path | None = None,
-    link: str = "hardlink",
+    link: str = "hardlink", allow_mixed_licences: bool = False,
 ) -> ExportReport:
     """Stage 02.01: sample the benchmark cases and write the released layout, then validate it.
 
@@ -184,22 +184,33 @@ def export_benchmark_from_config(
             folder).
         benchmark_dir: Output root (None: ``<repo>/data/chexpercept``).
         link: ``hardlink`` (copy where linking fails) or ``copy``.
+        allow_mixed_licences: Export even when redistributable and restricted sources meet
+            (docs/curation.md, "Licences"). The sources come from the Stage 00
+            ``data_sources.json`` of ``path.work_dir``; without that file (outputs of an
+            older Stage 00) no licence is recorded and a warning says so.
 
     Returns:
         The report (``stats`` holds the stats rows, ``lines()`` its summary lines).
 
     Raises:
-        InputError: For an unknown ``link``, a missing results file or missing case images.
+        InputError: For an unknown ``link``, a missing results file or missing case images,
+            or mixed licences without ``allow_mixed_licences``.
         SchemaError: If the results do not validate, or the written bundle fails the check.
     """
     out02 = QALayout(stage_output_dir("02", cfg.path.work_dir))
     sampling = cfg.qa_generation.sampling
+    sources_json = CurationLayout(stage_output_dir("00", cfg.path.work_dir)).data_sources
+    data_sources = read_json(sources_json) if sources_json.is_file() else None
+    if data_sources is None:
+        logger.warning("%s not found: the exported cases carry no licence record (re-run "
+                       "Stage 00.00 to record it)", sources_json)
     return export_benchmark(
         read_json(qa_results_json or out02.qa_results_json),
         bundle_dir=Path(bundle_dir or out02.bundle_dir),
         benchmark_dir=Path(benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR),
         seed=cfg.seed, per_path=sampling.per_path(), link=link,
-        distinct_cxrs=sampling.distinct_cxrs)
+        distinct_cxrs=sampling.distinct_cxrs, data_sources=data_sources,
+        allow_mixed_licences=allow_mixed_licences)
 
 
 @dataclass(frozen=True)

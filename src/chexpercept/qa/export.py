@@ -168,9 +168,65 @@ def _place_file(src: Path, dst: Path, link: str) -> bool:
     return False
 
 
+#: Licence categories the export refuses to mix (docs/curation.md, "Licences").
+REDISTRIBUTABLE, RESTRICTED = "redistributable", "restricted"
+#: Categories from the most to the least open; a mixed benchmark takes the last one present.
+CATEGORY_ORDER = ("redistributable", "research-share", "restricted")
+
+
+def case_sources(selected: list[str], items: Mapping[str, BenchmarkItem],
+                 data_sources: Mapping[str, Any], *, allow_mixed: bool = False
+                 ) -> tuple[dict[str, str], dict[str, Any]]:
+    """Each selected case's source, and the ``data_sources.json`` record of the benchmark.
+
+    Args:
+        selected: Exported key_ids.
+        items: The validated cases.
+        data_sources: Stage 00 ``data_sources.json`` (``sources``: name -> licence record,
+            ``dicom_sources``: dicom_id -> name).
+        allow_mixed: Export even when a ``redistributable`` and a ``restricted`` source meet
+            (the benchmark then counts as ``restricted`` as a whole).
+
+    Returns:
+        ``(key_id -> source, record)``; the record lists the sources used with their licence,
+        citation and case count, and the benchmark's overall category.
+
+    Raises:
+        InputError: When a case's CXR has no recorded source, or redistributable and
+            restricted sources would be mixed without ``allow_mixed`` (each source and its
+            category named).
+    """
+    licences = data_sources.get("sources", {})
+    by_dicom = data_sources.get("dicom_sources", {})
+    unknown = [k for k in selected if items[k].dicom_id not in by_dicom
+               or by_dicom[items[k].dicom_id] not in licences]
+    if unknown:
+        raise InputError(f"{len(unknown)} exported case(s) have no recorded source in Stage 00 "
+                         f"data_sources.json (re-run 00_sample_mimic_ils_case.py for the "
+                         f"Stage 00 outputs these cases come from): " + ", ".join(unknown[:20]))
+    source_of = {k: by_dicom[items[k].dicom_id] for k in selected}
+    counts: dict[str, int] = {}
+    for name in source_of.values():
+        counts[name] = counts.get(name, 0) + 1
+    category = {name: licences[name].get("category", RESTRICTED) for name in counts}
+    mixed = REDISTRIBUTABLE in category.values() and RESTRICTED in category.values()
+    if mixed and not allow_mixed:
+        which = "; ".join(f"{n}: {c}" for n, c in sorted(category.items()))
+        raise InputError(f"the benchmark would mix a redistributable source with a restricted "
+                         f"one ({which}); a bundle with restricted cases may not be passed on. "
+                         f"Export the sources separately, or pass --allow-mixed-licences to "
+                         f"export one restricted bundle")
+    overall = max(category.values(), key=CATEGORY_ORDER.index) if category else RESTRICTED
+    record = {"category": overall, "mixed": mixed,
+              "sources": {n: {**licences[n], "cases": counts[n]} for n in sorted(counts)}}
+    return source_of, record
+
+
 def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir: Path, seed: int,
                      per_path: Mapping[str, int], link: str = "hardlink",
-                     distinct_cxrs: bool = False, validate: bool = True) -> ExportReport:
+                     distinct_cxrs: bool = False, validate: bool = True,
+                     data_sources: Mapping[str, Any] | None = None,
+                     allow_mixed_licences: bool = False) -> ExportReport:
     """Sample cases and write the benchmark folder (re-running gives identical bytes).
 
     Every selected case's images are checked first; then ``chexpercept.json`` is written
@@ -190,13 +246,18 @@ def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir:
         link: ``hardlink`` (copy where linking fails, e.g. across file systems) or ``copy``.
         distinct_cxrs: One case per CXR at most (see :func:`sample_cases`).
         validate: Check the written bundle (default True).
+        data_sources: Stage 00 ``data_sources.json``; given, every case gets a
+            ``data_source`` field in ``chexpercept.json`` and ``data_sources.json`` is written
+            (licences and citations; see :func:`case_sources`). None writes neither.
+        allow_mixed_licences: See :func:`case_sources`.
 
     Returns:
         The report (``stats`` holds the stats rows).
 
     Raises:
         SchemaError: If ``raw`` does not validate, or the written bundle fails the check.
-        InputError: Listing every selected case whose folder or images are missing.
+        InputError: Listing every selected case whose folder or images are missing, or from
+            :func:`case_sources`.
     """
     if link not in LINK_MODES:
         raise InputError(f"link mode '{link}': expected one of {LINK_MODES}")
@@ -211,8 +272,22 @@ def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir:
                          f"(re-run 00_generate_qa.py): " + ", ".join(missing[:20])
                          + (" ..." if len(missing) > 20 else ""))
 
+    source_of, sources_record = ({}, None)
+    if data_sources is not None:
+        source_of, sources_record = case_sources(selected, items, data_sources,
+                                                 allow_mixed=allow_mixed_licences)
     layout = BenchmarkLayout(Path(benchmark_dir))
-    write_json_atomic(layout.json_path, {key_id: raw[key_id] for key_id in selected})
+    write_json_atomic(layout.json_path,
+                      {key_id: ({**raw[key_id], "data_source": source_of[key_id]}
+                                if key_id in source_of else raw[key_id])
+                       for key_id in selected})
+    if sources_record is not None:
+        write_json_atomic(layout.data_sources_json, sources_record)
+        if sources_record["mixed"]:
+            logger.warning("mixed licences exported (--allow-mixed-licences): the bundle is "
+                           "restricted as a whole: %s", ", ".join(
+                               f"{n} ({r['category']})"
+                               for n, r in sources_record["sources"].items()))
     layout.images_dir.mkdir(parents=True, exist_ok=True)
     report = ExportReport(layout=layout, selected=selected, summary={})
     for key_id in selected:
@@ -254,6 +329,10 @@ def export_benchmark(raw: Mapping[str, Any], *, bundle_dir: Path, benchmark_dir:
         "per_lesion": per_lesion,
         "shortfalls": shortfalls,
     }
+    if sources_record is not None:
+        report.summary["data_sources"] = {
+            "category": sources_record["category"], "mixed": sources_record["mixed"],
+            "cases": {n: r["cases"] for n, r in sources_record["sources"].items()}}
     write_json_atomic(layout.sampling_summary_json, report.summary)
     write_csv_atomic(layout.stats_csv, report.stats, STATS_COLUMNS)
     if validate:

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Public smoke run: the NIH ChestX-ray14 source path, end to end, with no download.
+#
+# Usage: bash scripts/public_sample_test.sh [--keep] [--work-dir DIR] [-h|--help]
+#
+# Reads the REAL NIH box and image tables shipped in the installed torchxrayvision package,
+# draws a few cases per lesion with the config's seed (cfg/config_public_sample.yaml), and
+# writes a SYNTHETIC stand-in image for each sampled NIH image id (a phantom at the real box
+# geometry, "SYNTHETIC STAND-IN" burnt into the pixels; not an NIH image) plus its anatomy
+# masks. Then:
+#   00 curation: nih-cxr14 source, box-anatomy candidates (box x lungs, heart for
+#      cardiomegaly), candidate and negative sheets AUTO-APPROVED (smoke only: a real
+#      benchmark needs the experts' optimal? review), distribution to 2 annotators
+#   01 anatomy masks (provided: the stand-ins') + morphological mask deformation
+#   02 QA generation, export (licences recorded in chexpercept.json and data_sources.json)
+#   03 evaluation with the oracle, random and dummy providers under oracle settings implicit
+#      and none
+#   04 analysis, and the self-check: oracle rows 100 %, dummy rows what the answer keys give
+# Outputs go to --work-dir (default: outputs/public_sample_test/, git-ignored).
+#   --keep   resume into the existing work dir instead of starting afresh
+# Exits non-zero on any failure. The Python environment is chosen as in sample_test.sh
+# (CHEXPERCEPT_PYTHON, ENV, conda env 'chexpercept', else .venv made by setup.sh --cpu-only).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=scripts/lib/pyenv.sh
+source "$ROOT/scripts/lib/pyenv.sh"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+keep=0
+WORK="$ROOT/outputs/public_sample_test"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --keep) keep=1 ;;
+    --work-dir) [ $# -ge 2 ] || { echo "public_sample_test.sh: --work-dir needs a value" >&2; exit 2; }
+                WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "public_sample_test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+start=$(date +%s)
+step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
+
+step "setup"
+chex_pyenv_select public_sample_test.sh chexpercept
+if [ "$CHEX_PYENV" = venv ] && [ ! -x "$ROOT/.venv/bin/python" ]; then bash setup.sh --cpu-only; fi
+export CHEXPERCEPT_WORK_DIR="$WORK" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+CFG="$ROOT/cfg/config_public_sample.yaml"
+[ "$keep" = 1 ] || rm -rf "$WORK"
+mkdir -p "$WORK"
+S00="$WORK/00_source_data_curation"
+S03="$WORK/03_eval_vlm_on_chexpercept"
+S04="$WORK/04_analyze_eval_result"
+BENCH="$WORK/chexpercept"
+
+step "stand-ins: SYNTHETIC images at the real NIH box geometry (not NIH pixels)"
+"${PY[@]}" scripts/public_sample/make_stand_ins.py --config "$CFG" --no-progress
+
+step "00 source data curation (nih-cxr14, box-anatomy)"
+"${PY[@]}" src/00_source_data_curation/00_sample_mimic_ils_case.py --config "$CFG" --no-progress
+"${PY[@]}" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --no-progress
+echo "AUTO-APPROVING every candidate and negative (smoke test only; a real benchmark needs the experts' optimal? review)"
+"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
+"${PY[@]}" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
+"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
+"${PY[@]}" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
+  --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
+
+step "01 anatomy masks + mask deformation"
+"${PY[@]}" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
+"${PY[@]}" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
+
+step "02 QA generation + benchmark export"
+"${PY[@]}" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress --no-review-figures
+"${PY[@]}" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
+"${PY[@]}" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
+
+step "03 evaluation"
+for provider in oracle random dummy; do
+  for setting in implicit none; do
+    "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
+      --provider "$provider" --oracle_setting "$setting" --no-progress
+  done
+done
+
+step "04 analysis"
+for setting in implicit none; do
+  "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
+    --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
+done
+
+step "self-check"
+"${PY[@]}" scripts/sample_test/check_summary.py --work-dir "$WORK"
+
+step "done in $(( $(date +%s) - start ))s"
+echo "SYNTHETIC stand-ins: $WORK/stand_ins/ (real NIH ids and boxes, synthetic pixels; see its README.txt)"
+echo "benchmark:           $BENCH/chexpercept.json (+ image folders; licences in $BENCH/data_sources.json)"
+echo "analysis:            $S04/all_models_oracle_{implicit,none}/"
