@@ -32,6 +32,11 @@ Example (4 GPUs, one shard each)::
     for p in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$p python \
       src/00_source_data_curation/01_generate_rosalia_pred.py --config cfg/config.yaml \
       --part $p --total-parts 4 & done; wait
+
+Or, on a Ray cluster, one command (4 actors, one segmenter load each)::
+
+    python src/00_source_data_curation/01_generate_rosalia_pred.py --config cfg/config.yaml \
+      --ray --ray-workers 4
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from utils.cli import (
     progress_hook,
     run_main,
 )
+from utils.ray_pool import add_ray_worker_args, ray_workers_from_args
 
 logger = logging.getLogger("01_generate_rosalia_pred")
 
@@ -75,19 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
                 "src/00_source_data_curation/outputs).")
     add_allow_failures_arg(parser)
     add_common_args(parser, parts=True)
+    add_ray_worker_args(parser, "creates the segmenter once, 1 GPU when the cluster has GPUs")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Generate candidate masks, plots, results and the labeling sheet (one shard or all)."""
     args = build_parser().parse_args(argv)
+    ray = ray_workers_from_args(args)
     cfg = load_chexpercept_config(args.config)
     log_name = "01_generate_rosalia_pred" + (f"_part{args.part}" if args.part is not None
                                              else "")
     report = generate_candidate_masks(
         cfg, output_dir=args.output_dir, max_samples=args.max_samples, part=args.part,
         total_parts=args.total_parts, progress=progress_hook("candidates"),
-        on_log_dir=log_dir_hook(args, log_name))
+        on_log_dir=log_dir_hook(args, log_name), ray=ray)
     logger.info("%s", report.line())
     failed, total, what = report.failure_counts()
     return failures_exit_code(failed, total, what=what, summary=report.summary_json,

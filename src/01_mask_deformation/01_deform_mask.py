@@ -11,7 +11,8 @@ masks (``chexmasku_pred/``, ``cxas_pred/``; CXAS zones from ``path.cxas_mask_pat
 ``sam2_config``; SAM refinement of the optimal mask and SAM-realised edits) and ``sam3``
 (``sam3_checkpoint`` + ``sam3_bpe_path``, GPU environment). Each worker process loads the model
 once; with ``mask_deformation.device: cuda`` and several GPUs visible, worker i uses
-``cuda:(i % n)``.
+``cuda:(i % n)``. ``--ray [ADDRESS] --ray-workers N`` runs the cases on N Ray actors instead
+(one model load each; same outputs and resume).
 
 Example::
 
@@ -39,6 +40,7 @@ from utils.cli import (
     progress_hook,
     run_main,
 )
+from utils.ray_pool import add_ray_worker_args, ray_workers_from_args
 
 logger = logging.getLogger("01_deform_mask")
 
@@ -72,19 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
                 "src/01_mask_deformation/outputs).")
     add_allow_failures_arg(parser)
     add_common_args(parser, workers=DEFAULT_NUM_WORKERS, seed=True)
+    add_ray_worker_args(parser, "loads the backend's model once")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Deform every accepted case; write masks, per-case items, the results JSON and a summary."""
     args = build_parser().parse_args(argv)
+    ray = ray_workers_from_args(args)
     cfg = load_chexpercept_config(args.config)
     run = deform_masks(
         cfg, positive_sheet=args.positive_sheet, candidate_dir=args.candidate_dir,
         chexmask_dir=args.chexmask_dir, cxas_dir=args.cxas_dir,
         cxas_zone_dir=args.cxas_zone_dir, output_dir=args.output_dir, seed=args.seed,
         num_workers=args.num_workers, progress=progress_hook("deformation"),
-        on_log_dir=log_dir_hook(args, "01_deform_mask"))
+        on_log_dir=log_dir_hook(args, "01_deform_mask"), ray=ray)
     logger.info("%s", run.line())
     if run.unexpected_failure:
         return 1

@@ -7,7 +7,9 @@ writes ``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` with
 command resumes; ``--overwrite`` starts afresh. Baseline providers (dummy, random, oracle) need
 no API key file. ``--part i --total-parts n`` runs the cases whose key_id hashes to part ``i``
 in ``.../oracle_<setting>/part_<i>_of_<n>/``; ``01_merge_parts.py`` combines the parts.
-``--provider package.module:ClassName`` loads a plugin ``ChatModel`` subclass.
+``--provider package.module:ClassName`` loads a plugin ``ChatModel`` subclass. ``--ray
+[ADDRESS] --replicas N`` runs N replicas of a local engine on a Ray cluster into the same run
+folder (README, "Running on a Ray cluster").
 
 Example:
     python src/03_eval_vlm_on_chexpercept/00_eval.py --provider random --oracle_setting none
@@ -28,6 +30,7 @@ from chexpercept.errors import ConfigError
 from chexpercept.evaluation import ORACLE_SETTINGS
 from chexpercept.evaluation.api import cost_table, evaluate, select_cases
 from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
+from chexpercept.evaluation.replicas import RayReplicas
 from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
     UNFINISHED_EXIT,
@@ -37,6 +40,7 @@ from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
     add_config_arg,
+    non_negative_int,
     non_negative_seconds,
     positive_int,
     positive_seconds,
@@ -55,6 +59,7 @@ from utils.llm.registry import (
     provider_options,
 )
 from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
+from utils.ray_pool import DEFAULT_MAX_RESTARTS, require_ray
 
 logger = logging.getLogger("03_eval")
 
@@ -265,6 +270,54 @@ def _api_options(args: argparse.Namespace, provider: str) -> dict[str, object]:
             if getattr(args, flag) is not None}
 
 
+def _add_ray_args(parser: argparse.ArgumentParser) -> None:
+    """Flags of a run on a Ray cluster (README, "Running on a Ray cluster")."""
+    group = parser.add_argument_group(
+        "Ray cluster (pip install -e \".[ray]\"; --provider opensource / transformers, "
+        "the baselines and plugins; not the API providers openai / azure / gemini, which "
+        "already run --concurrency requests from one process)")
+    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="Run --replicas replicas of the provider as Ray actors, each "
+                            "holding one engine; the run folder is a one-engine run's. "
+                            "ADDRESS: a head's host:port or ray://host:port, 'auto' (a running "
+                            "cluster), 'local' (a new one-machine cluster); without it Ray's "
+                            "rule: RAY_ADDRESS, else the cluster 'ray start' began here, else a "
+                            "new local one (default: off).")
+    group.add_argument("--replicas", type=positive_int, default=None,
+                       help="Number of replicas with --ray (default: 1).")
+    group.add_argument("--ray-max-restarts", dest="ray_max_restarts", type=non_negative_int,
+                       default=DEFAULT_MAX_RESTARTS,
+                       help="Restarts of a replica whose process or node died before the run "
+                            "stops naming it; its turn batch is sent again (default: "
+                            "%(default)s).")
+    group.add_argument("--gpus-per-replica", dest="gpus_per_replica", type=float,
+                       default=None,
+                       help="GPUs each replica reserves (default: opensource: "
+                            "--tensor-parallel-size, else the model's gpu_num, else 1; "
+                            "transformers: 1 when the cluster has GPUs, else 0; others: 0).")
+    group.add_argument("--cpus-per-replica", dest="cpus_per_replica", type=float,
+                       default=1.0, help="CPUs each replica reserves (default: %(default)s).")
+
+
+def ray_settings(args: argparse.Namespace) -> RayReplicas | None:
+    """The ``--ray`` settings, or None without ``--ray``.
+
+    Raises:
+        ConfigError: For ``--replicas`` (or another replica flag) without ``--ray``.
+        MissingDependencyError: With ``--ray`` when Ray is not installed (the install line).
+    """
+    if args.ray is None:
+        if args.replicas is not None or args.gpus_per_replica is not None:
+            raise ConfigError("--replicas / --gpus-per-replica need --ray (a Ray cluster); "
+                              "without Ray, split the run with --part i --total-parts n")
+        return None
+    require_ray("--ray")
+    return RayReplicas(address=args.ray or None, replicas=args.replicas or 1,
+                       max_restarts=args.ray_max_restarts,
+                       gpus_per_replica=args.gpus_per_replica,
+                       cpus_per_replica=args.cpus_per_replica)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The Stage 03 argument parser (release flag spellings, kebab aliases)."""
     parser = argparse.ArgumentParser(
@@ -341,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "or the network is down); 0 never stops (default: %(default)s).")
     _add_local_model_args(parser)
     _add_api_args(parser)
+    _add_ray_args(parser)
     add_common_args(parser, seed=True, parts=True)
     return parser
 
@@ -358,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.environ[var] = value
     provider = "dummy" if args.debug else args.provider
     check_provider_flags(args, provider)
+    ray = ray_settings(args)
     if args.max_retries is not None and args.max_retries < 0:
         raise ConfigError(f"--max-retries must be >= 0, got {args.max_retries}")
     selection = {"limit": args.limit, "per_path_limit": args.per_path_limit,
@@ -386,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens,
         max_consecutive_faults=args.max_consecutive_faults,
         give_up_unanswered=args.give_up_unanswered, progress=progress, on_run_dir=start_log,
+        ray=ray,
         provider_options={**_local_model_options(args), **_api_options(args, provider)})
     logger.info("%s", summary.line())
     return unfinished_exit_code(summary)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from chexpercept import io
 from chexpercept.callbacks import OnLogDir, Progress
-from chexpercept.curation import candidates, sampling
+from chexpercept.curation import candidates, public, sampling
 from chexpercept.curation.images import PrepareSummary, prepare_images, prepared_png
 from chexpercept.curation.segmenters import create_segmenter
 from chexpercept.curation.sheets import (
@@ -38,6 +38,7 @@ from chexpercept.curation.sheets import (
     positive_dicoms,
     prepare_negatives,
 )
+from chexpercept.curation.sources import MIMIC_ILS
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.lesions import LESIONS
 from chexpercept.schema import (
@@ -46,6 +47,7 @@ from chexpercept.schema import (
     POSITIVE_SHEET_COLUMNS,
     load_chexpercept_config,
 )
+from utils.ray_pool import RayWorkers, map_on_ray
 
 if TYPE_CHECKING:
     from chexpercept.schema import ChexperceptConfig
@@ -120,6 +122,9 @@ def _sampling_params(cfg: ChexperceptConfig, seed: int) -> dict[str, Any]:
 def _check_sampling_inputs(cfg: ChexperceptConfig, config_path: str | Path | None) -> None:
     """Fail before any work on a missing split CSV setting or MIMIC-ILS file."""
     where = config_path if config_path is not None else "the config"
+    if not cfg.path.mimic_ils_path:
+        raise ConfigError(f"path.mimic_ils_path must be set for source_data_curation.source "
+                          f"mimic-ils in {where}")
     if cfg.source_data_curation.mimic_cxr_splits and not cfg.path.mimic_split_meta_path:
         raise ConfigError(f"source_data_curation.mimic_cxr_splits is set, so "
                           f"path.mimic_split_meta_path (MIMIC-CXR-JPG split.csv) must be set "
@@ -209,6 +214,10 @@ def sample_mimic_ils_cases(
 ) -> SamplingReport:
     """Stage 00.00: seeded MIMIC-ILS sample per lesion, then the working-frame CXR PNGs.
 
+    With public sources in ``source_data_curation.source`` the sample comes from their box
+    tables instead (:mod:`chexpercept.curation.public`; docs/curation.md, "Public sources"),
+    into the same files plus ``data_sources.json``.
+
     Writes ``global_segmentation_info.json``, ``basic_segmentation_info.json``,
     ``global_segmentation_negative_info.json`` and ``sampling_summary.json`` (reused unchanged
     while the inputs, seed and settings hash the same, unless ``force``), the
@@ -240,6 +249,9 @@ def sample_mimic_ils_cases(
     layout = io.CurationLayout(out)
     if on_log_dir is not None:
         on_log_dir(out)
+    if list(cur.source) != [MIMIC_ILS]:
+        return _sample_public_cases(cfg, layout, seed, skip_prepare=skip_prepare, force=force,
+                                    progress=progress)
     params = _sampling_params(cfg, seed)
     _check_sampling_inputs(cfg, config_path)
     split_csv = cfg.path.mimic_split_meta_path if cur.mimic_cxr_splits else None
@@ -261,11 +273,34 @@ def sample_mimic_ils_cases(
                     len(selection.global_info[lesion]), len(selection.basic_info[lesion]),
                     len(selection.negative_info[lesion]))
     images = sampling.selected_dicoms(selection)
+    io.write_json_atomic(layout.data_sources, public.mimic_data_sources(images))
     prepared = _prepare_cxrs(cfg, images, skip=skip_prepare, progress=progress)
     io.write_run_meta(out, stage="00.00", config=cfg, seeds={"curation": seed},
                       repo_root=io.repo_root())
     return SamplingReport(output_dir=out, selection=selection, reused=reused, images=images,
                           prepared=prepared)
+
+
+def _sample_public_cases(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, *,
+                         skip_prepare: bool, force: bool,
+                         progress: Progress | None) -> SamplingReport:
+    """Stage 00.00 for public sources (docs/curation.md, "Public sources")."""
+    selection, reused = public.draw_public(cfg, layout, seed, force=force)
+    for lesion in LESIONS:
+        logger.info("%-13s positive %4d  negative %4d", lesion,
+                    len(selection.global_info[lesion]), len(selection.negative_info[lesion]))
+    images = {im.dicom_id: im.candidates[0] for im in public.source_images(selection)}
+    prepared = None
+    if skip_prepare:
+        logger.info("image preparation skipped (--skip-prepare)")
+    else:
+        prepared = public.prepare_public(cfg, selection, progress=progress)
+        logger.info("CXR PNGs in %s: %d converted, %d already there", cfg.path.mimic_cxr_path,
+                    prepared.converted, prepared.skipped)
+    io.write_run_meta(layout.out, stage="00.00", config=cfg, seeds={"curation": seed},
+                      repo_root=io.repo_root())
+    return SamplingReport(output_dir=layout.out, selection=selection, reused=reused,
+                          images=images, prepared=prepared)
 
 
 # --------------------------------------------------------------------------------------
@@ -331,11 +366,28 @@ def _positive_info(layout: io.CurationLayout) -> dict[str, Any]:
     return info
 
 
+class _ItemRunner:
+    """One Ray actor's worker of 00.01: creates the segmenter once, then processes items."""
+
+    def __init__(self, cfg: ChexperceptConfig, layout: io.CurationLayout) -> None:
+        self.cfg = cfg
+        self.layout = layout
+        self.segmenter = create_segmenter(cfg.source_data_curation.segmenter, cfg)
+
+    def run(self, item: dict[str, Any]) -> candidates.ItemOutcome:
+        return candidates.process_item(item, self.layout, cxr_dir=self.cfg.path.mimic_cxr_path,
+                                       seg_mask_root=self.cfg.path.mimic_ils_seg_mask_path,
+                                       segmenter=self.segmenter)
+
+
 def _run_items(
     items: list[dict[str, Any]], layout: io.CurationLayout, cfg: ChexperceptConfig,
-    segmenter: Any, progress: Progress | None,
+    segmenter: Any, progress: Progress | None, ray: RayWorkers | None = None,
 ) -> tuple[list[candidates.ItemOutcome], dict[str, list[dict]], list[dict[str, str]]]:
     """Process every item; its ``results.json`` entry and sheet row follow unless it failed.
+
+    With ``ray``, the items run on Ray actors (each creates the segmenter once) and their
+    outcomes come back in item order, so what is written is what one process writes.
 
     Returns:
         The outcomes (item order), the ``results.json`` mapping and the sheet rows.
@@ -343,10 +395,13 @@ def _run_items(
     results: dict[str, list[dict]] = {}
     rows: list[dict[str, str]] = []
     outcomes = []
-    for item in progress(items, len(items)) if progress else items:
-        outcome = candidates.process_item(item, layout, cxr_dir=cfg.path.mimic_cxr_path,
-                                          seg_mask_root=cfg.path.mimic_ils_seg_mask_path,
-                                          segmenter=segmenter)
+    done = (map_on_ray(_ItemRunner, (cfg, layout), "run", items, ray,
+                       label="segmenter-worker", default_gpus=None) if ray is not None else
+            (candidates.process_item(item, layout, cxr_dir=cfg.path.mimic_cxr_path,
+                                     seg_mask_root=cfg.path.mimic_ils_seg_mask_path,
+                                     segmenter=segmenter) for item in items))
+    for item, outcome in zip(progress(items, len(items)) if progress else items, done,
+                             strict=True):
         outcomes.append(outcome)
         if outcome.status == "failed":
             logger.warning("%s failed: %s", outcome.key_id, outcome.reason)
@@ -360,6 +415,7 @@ def generate_candidate_masks(
     cfg: ChexperceptConfig, *, output_dir: str | Path | None = None,
     max_samples: int | None = None, part: int | None = None, total_parts: int = 1,
     progress: Progress | None = None, on_log_dir: OnLogDir | None = None,
+    ray: RayWorkers | None = None,
 ) -> CandidateReport:
     """Stage 00.01: candidate masks, review plots, results and the labeling sheet of one shard.
 
@@ -378,6 +434,9 @@ def generate_candidate_masks(
         total_parts: Number of shards (release rule ``chunk = ceil(N / total_parts)``).
         progress: Wraps the item loop.
         on_log_dir: Called with ``rosalia_pred/`` before any input is read.
+        ray: Run the items on Ray actors (``--ray``, ``--ray-workers``; each creates the
+            segmenter once, 1 GPU each when the cluster has GPUs) instead of in this process;
+            the outputs are byte-identical (docs/design.md, "Ray replicas").
 
     Returns:
         The report; failed items are listed there, not raised.
@@ -398,11 +457,12 @@ def generate_candidate_masks(
     items = candidates.shard(work, part, total_parts)
     todo = [it for it in items if not candidates.item_done(it, layout)]
     # Load the model only when there is work (a finished shard re-runs without a GPU).
-    segmenter = create_segmenter(cur.segmenter, cfg) if todo else None
+    on_ray = ray is not None and bool(todo)  # the actors create it there
+    segmenter = create_segmenter(cur.segmenter, cfg) if todo and not on_ray else None
     logger.info("%d work item(s)%s of %d", len(items),
                 f" in part {part}/{total_parts}" if part is not None else "", len(work))
     outcomes, results, rows = _run_items(items, layout, cfg, segmenter or cur.segmenter,
-                                         progress)
+                                         progress, ray if on_ray else None)
     columns = POSITIVE_PART_SHEET_COLUMNS if part is not None else POSITIVE_SHEET_COLUMNS
     io.write_json_atomic(layout.candidate_results(part), results, indent=4)
     io.write_csv_atomic(layout.positive_sheet(part), rows, columns)

@@ -34,6 +34,7 @@ from chexpercept.deformation.pipeline import (
 )
 from chexpercept.errors import ConfigError
 from chexpercept.schema import POSITIVE_SHEET_COLUMNS, accepted_key_ids
+from utils.ray_pool import RayWorkers
 
 if TYPE_CHECKING:
     from chexpercept.schema import ChexperceptConfig
@@ -102,7 +103,7 @@ def deform_masks(
     cxas_dir: str | Path | None = None, cxas_zone_dir: str | Path | None = None,
     output_dir: str | Path | None = None, seed: int | None = None,
     num_workers: int = DEFAULT_NUM_WORKERS, progress: Progress | None = None,
-    on_log_dir: OnLogDir | None = None,
+    on_log_dir: OnLogDir | None = None, ray: RayWorkers | None = None,
 ) -> DeformationRun:
     """Stage 01.01: deform every accepted candidate mask into suboptimal masks and distractors.
 
@@ -127,6 +128,9 @@ def deform_masks(
         num_workers: Worker processes (spawn), >= 1.
         progress: Wraps the case loop.
         on_log_dir: Called with ``logs/`` of the output folder before the sheet is read.
+        ray: Run the cases on Ray actors (``--ray``, ``--ray-workers``) instead of
+            ``num_workers`` processes; the outputs are byte-identical (docs/design.md,
+            "Ray replicas").
 
     Returns:
         The run; failed cases are listed in its summary, not raised.
@@ -161,12 +165,15 @@ def deform_masks(
     tasks = build_tasks(rows, accepted, sheet_path=sheet,
                         candidate_root=candidate_dir or stage00.candidate_root,
                         cxr_dir=cfg.path.mimic_cxr_path)
-    logger.info("deforming %d accepted case(s) of %d row(s) in %s (backend %s, %d worker(s))",
-                len(tasks), len(rows), sheet, md.backend, num_workers)
-    summary = run_deformation(tasks, settings, num_workers=num_workers, progress=progress)
+    logger.info("deforming %d accepted case(s) of %d row(s) in %s (backend %s, %s)",
+                len(tasks), len(rows), sheet, md.backend,
+                f"{num_workers} worker(s)" if ray is None else f"{ray.workers} Ray worker(s)")
+    summary = run_deformation(tasks, settings, num_workers=num_workers, progress=progress,
+                              ray=ray)
     io.write_run_meta(layout.results_json.parent, stage="01.01", config=cfg,
                       seeds={"seed": seed}, repo_root=io.repo_root(),
-                      extra={"positive_sheet": str(sheet), "num_workers": num_workers})
+                      extra={"positive_sheet": str(sheet), "num_workers": num_workers,
+                             **({"ray_workers": ray.workers} if ray is not None else {})})
     return DeformationRun(summary=summary, cases=len(tasks), summary_json=layout.summary_json)
 
 

@@ -49,6 +49,7 @@ from chexpercept.io import (
 from chexpercept.lesions import validate_lesion
 from chexpercept.rng import rng_for
 from chexpercept.schema import parse_deformation_results
+from utils.ray_pool import RayWorkers, map_on_ray
 
 logger = logging.getLogger(__name__)
 
@@ -276,14 +277,34 @@ def _worker_init(level: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+class _CaseRunner:
+    """One Ray actor's worker: runs cases with the run's settings (SAM loads once per actor)."""
+
+    def __init__(self, settings: DeformationSettings, level: int) -> None:
+        _worker_init(level)
+        self.settings = settings
+
+    def run(self, task: DeformationTask) -> CaseOutcome:
+        return _safe_run_case((task, self.settings))
+
+
 def iter_outcomes(
     tasks: Sequence[DeformationTask], settings: DeformationSettings, num_workers: int,
+    ray: RayWorkers | None = None,
 ) -> Iterator[CaseOutcome]:
     """Run every task; yields outcomes in task order.
 
-    ``num_workers > 1`` uses a ``spawn`` process pool; results do not depend on the worker
-    count because each case has its own generator.
+    ``num_workers > 1`` uses a ``spawn`` process pool; ``ray`` runs the tasks on Ray actors
+    instead (each loads SAM once; 1 GPU each for a SAM backend on CUDA unless
+    ``gpus_per_worker`` says otherwise). Results do not depend on the worker count or on Ray
+    because each case has its own generator and writes only its own files.
     """
+    if ray is not None:
+        on_gpu = settings.sam is not None and settings.sam.device.startswith("cuda")
+        yield from map_on_ray(_CaseRunner, (settings, logging.getLogger().getEffectiveLevel()),
+                              "run", list(tasks), ray, label="deformation-worker",
+                              default_gpus=1.0 if on_gpu else 0.0)
+        return
     jobs = [(t, settings) for t in tasks]
     workers = max(1, min(int(num_workers), len(jobs)))
     if workers <= 1:
@@ -344,6 +365,7 @@ class DeformationSummary:
 def run_deformation(
     tasks: Sequence[DeformationTask], settings: DeformationSettings, *, num_workers: int = 1,
     progress: Callable[[Iterable[CaseOutcome], int], Iterable[CaseOutcome]] | None = None,
+    ray: RayWorkers | None = None,
 ) -> DeformationSummary:
     """Deform every task, then assemble ``deformation_results.json`` and ``summary.json``.
 
@@ -352,6 +374,7 @@ def run_deformation(
         settings: Shared settings.
         num_workers: Worker processes (spawn); 1 runs in-process.
         progress: Optional wrapper ``(iterable, total) -> iterable`` (a progress bar).
+        ray: Run the cases on Ray actors instead of ``num_workers`` processes (same outputs).
 
     Returns:
         The run's summary (also written to ``deformation_results/summary.json``).
@@ -362,7 +385,7 @@ def run_deformation(
     """
     layout = DeformationLayout(Path(settings.out_dir))
     summary = DeformationSummary(output=str(layout.results_json))
-    outcomes: Iterable[CaseOutcome] = iter_outcomes(tasks, settings, num_workers)
+    outcomes: Iterable[CaseOutcome] = iter_outcomes(tasks, settings, num_workers, ray)
     if progress is not None:
         outcomes = progress(outcomes, len(tasks))
     for outcome in outcomes:

@@ -35,6 +35,7 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
+from chexpercept.evaluation.replicas import RayReplicas, check_ray_provider, evaluate_on_ray
 from chexpercept.evaluation.runner import run_evaluation
 from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
@@ -117,7 +118,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              give_up_unanswered: bool = False,
              provider_options: Mapping[str, Any] | None = None,
              progress: Callable[..., Iterable[int]] | None = None,
-             on_run_dir: Callable[[Path], Any] | None = None) -> RunSummary:
+             on_run_dir: Callable[[Path], Any] | None = None,
+             ray: RayReplicas | None = None) -> RunSummary:
     """Evaluate a provider on the selected cases (or resume its run) and write the run folder.
 
     API providers (and ``--vllm-engine async``) run cases as concurrent pipelines; offline
@@ -149,6 +151,9 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         progress: Optional wrapper of the sync runner's turn loop.
         on_run_dir: Called with the run folder once the cases are valid and before the model
             is created (the CLI starts its log file there); nothing is written before.
+        ray: Run N replicas of the provider on a Ray cluster (``--ray``/``--replicas``;
+            :mod:`chexpercept.evaluation.replicas`); None runs one engine here. The run
+            folder is the same either way.
 
     Returns:
         The run summary (``unfinished`` lists cases left without an answer).
@@ -161,6 +166,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         SchemaError: On an invalid bundle or corrupt records.
     """
     provider_class(provider)  # fail fast on an unavailable provider, before any work
+    if ray is not None:
+        check_ray_provider(provider, provider_options or {})
     bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
     model_name = model or default_model(provider)
     run_dir = run_folder(output_path, provider, model_name, oracle_setting,
@@ -168,18 +175,21 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     if on_run_dir is not None:
         on_run_dir(run_dir)
     generation = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
-    chat_model = create_model(provider, model_name, seed=seed, no_thinking=no_thinking,
-                              **generation, **dict(provider_options or {}))
+    options = {"seed": seed, "no_thinking": no_thinking, **generation,
+               **dict(provider_options or {})}
+    settings = EvalSettings(provider=provider, model=model_name, oracle_setting=oracle_setting,
+                            no_thinking=no_thinking, seed=seed, save_every=save_every,
+                            part=part, total_parts=total_parts, limit=limit,
+                            per_path_limit=per_path_limit,
+                            max_consecutive_faults=max_consecutive_faults,
+                            give_up_unanswered=give_up_unanswered)
+    if ray is not None:  # N replicas, each an actor holding one engine; same run folder
+        return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
+                               overwrite=overwrite, progress=progress)
+    chat_model = create_model(provider, model_name, **options)
     try:
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
         check_budget(cases, chat_model)  # before the offline engine loads
-        settings = EvalSettings(provider=provider, model=model_name,
-                                oracle_setting=oracle_setting, no_thinking=no_thinking,
-                                seed=seed, save_every=save_every, part=part,
-                                total_parts=total_parts, limit=limit,
-                                per_path_limit=per_path_limit,
-                                max_consecutive_faults=max_consecutive_faults,
-                                give_up_unanswered=give_up_unanswered)
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
                     model_name, oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier

@@ -1,0 +1,37 @@
+"""Plugin providers for the Stage 03 Ray tests (``--provider ray_plugin:DyingEchoModel``).
+
+``DyingEchoModel`` is ``stage03_plugin.SlowEchoModel`` (same answers, same request log) whose
+process SIGKILLs itself when a batch holds the request ``$CHEXPERCEPT_TEST_DIE_AT``
+(``<key_id>/<turn name>``, so only the replica that holds that case dies) and the file
+``$CHEXPERCEPT_TEST_DIE_MARKER`` does not exist yet (it creates the file first, so a restarted
+replica answers); with ``$CHEXPERCEPT_TEST_DIE_ALWAYS=1`` it dies every time.
+It logs the batch (``start``) before dying, as a replica that dies mid-batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from stage03_plugin import SlowEchoModel
+
+from utils.llm.base import Completion, TurnRequest
+
+DIE_AT_ENV = "CHEXPERCEPT_TEST_DIE_AT"
+DIE_MARKER_ENV = "CHEXPERCEPT_TEST_DIE_MARKER"
+DIE_ALWAYS_ENV = "CHEXPERCEPT_TEST_DIE_ALWAYS"
+
+
+class DyingEchoModel(SlowEchoModel):
+    """SlowEchoModel whose replica dies once (or always) at one turn."""
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        die_at = os.environ.get(DIE_AT_ENV)
+        if die_at and any(r.request_id == die_at for r in requests):
+            marker = Path(os.environ[DIE_MARKER_ENV])
+            if os.environ.get(DIE_ALWAYS_ENV) == "1" or not marker.exists():
+                marker.touch()
+                self._log("start", requests)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().generate(requests)
