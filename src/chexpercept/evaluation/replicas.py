@@ -29,12 +29,10 @@ from chexpercept.evaluation.dialogue import PreparedTurn
 from chexpercept.evaluation.session import (
     CaseState,
     EvalSettings,
-    RunSession,
     RunSummary,
-    finish_turn,
     open_session,
 )
-from utils.llm.base import FAULT, ChatModel, Completion, PromptLimits, TurnRequest
+from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest
 from utils.llm.registry import create_model, provider_class
 from utils.ray_pool import DEFAULT_MAX_RESTARTS, ActorPool, cluster_resources, connect
 
@@ -189,25 +187,6 @@ class ReplicatedModel(ChatModel):
         self.pool.close("close")
 
 
-def _score_answer(session: RunSession, state: CaseState, prep: PreparedTurn,
-                  completion: Completion, batch_latency_s: float,
-                  replica: int) -> dict[str, Any] | None:
-    """:meth:`RunSession.finish` up to the record, which is returned with its ``replica``.
-
-    The caller appends it to ``records.jsonl`` (after sending the replica's next batch). A
-    fault is logged to ``faults.jsonl`` at once and returns None.
-    """
-    if completion.status == FAULT:
-        session.finish(state, prep, completion, batch_latency_s)
-        return None
-    session.dirty = True
-    session.breaker.observe(completion)
-    record = finish_turn(state, prep, completion, session.summary, session.settings.model,
-                         batch_latency_s)
-    record["replica"] = replica
-    return record
-
-
 def _next_index(state: CaseState) -> int | None:
     turn = state.dialogue.next_turn
     return None if turn is None else turn.spec.index
@@ -265,7 +244,8 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
                                 f"request(s)")
         records = []
         for state, prep, completion in zip(batch, prepared, completions, strict=True):
-            record = _score_answer(session, state, prep, completion, elapsed, r)
+            # appended once the replica's next batch is on its way (write below)
+            record = session.score(state, prep, completion, elapsed, extra={"replica": r})
             if record is not None:
                 records.append(record)
                 unsaved[0] += state.dialogue.finished

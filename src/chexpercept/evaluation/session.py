@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -483,15 +483,40 @@ class RunSession:
         Raises:
             ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
         """
+        record = self.score(state, prep, completion, batch_latency_s)
+        if record is None:
+            return False
+        self.writer.append(record)
+        return True
+
+    def score(self, state: CaseState, prep: PreparedTurn, completion: Completion,
+              batch_latency_s: float, *,
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Score one completion and return its record, not yet appended (:meth:`finish` appends).
+
+        A fault is logged to ``faults.jsonl`` at once and returns None.
+
+        Args:
+            state: The case.
+            prep: The turn as sent.
+            completion: The provider's completion for it.
+            batch_latency_s: Wall time of the call that carried the request, in seconds.
+            extra: Fields added at the end of the record (the Ray replica that answered;
+                docs/design.md, "Ray replicas").
+
+        Raises:
+            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
+        """
         self.dirty = True
         if completion.status == FAULT:
             record_fault(state, prep, completion, self.store, self.summary)
             self.breaker.observe(completion)
-            return False
+            return None
         self.breaker.observe(completion)
-        self.writer.append(finish_turn(state, prep, completion, self.summary,
-                                       self.settings.model, batch_latency_s))
-        return True
+        record = finish_turn(state, prep, completion, self.summary, self.settings.model,
+                             batch_latency_s)
+        record.update(extra or {})
+        return record
 
     def close(self) -> RunSummary:
         """Close the records, rewrite ``all_results.json`` if it is behind, fill the summary.
