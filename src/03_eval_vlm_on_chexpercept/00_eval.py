@@ -399,17 +399,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run Stage 03; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    show_progress = not args.no_progress
-    setup_logging(args.log_level, None, progress=show_progress)
+def _from_config(args: argparse.Namespace) -> tuple[str | Path, int]:
+    """The output path and the seed: the flags, else ``--config``'s, else the defaults.
+
+    Also exports the config's ``huggingface.hf_home`` / ``hf_hub_cache`` as ``HF_HOME`` /
+    ``HF_HUB_CACHE`` for the model loaders.
+    """
     config = load_chexpercept_config(args.config) if args.config else None
     if config is not None:
         for var, value in (("HF_HOME", config.huggingface.hf_home),
                            ("HF_HUB_CACHE", config.huggingface.hf_hub_cache)):
             if value:
                 os.environ[var] = value
+    output_path = args.output_path or (
+        config.eval_vlm_on_chexpercept.output_path if config else None) or \
+        io.stage_output_dir("03", config.path.work_dir if config else None)
+    seed = args.seed if args.seed is not None else (config.seed if config else 0)
+    return output_path, seed
+
+
+def _check_only(args: argparse.Namespace, provider: str, selection: dict[str, object]) -> int:
+    """``--validate-only`` / ``--estimate-cost``: check the bundle (and price it); no request."""
+    cases = select_cases(args.benchmark_dir, **selection)
+    if args.estimate_cost:
+        print(cost_table(cases, args.model or default_model(provider)))
+    else:
+        logger.info("benchmark bundle %s is valid: %d case(s) checked", args.benchmark_dir,
+                    len(cases))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run Stage 03; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    show_progress = not args.no_progress
+    setup_logging(args.log_level, None, progress=show_progress)
+    output_path, seed = _from_config(args)
     provider = "dummy" if args.debug else args.provider
     check_provider_flags(args, provider)
     ray = ray_settings(args)
@@ -418,17 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     selection = {"limit": args.limit, "per_path_limit": args.per_path_limit,
                  "part": args.part, "total_parts": args.total_parts}
     if args.validate_only or args.estimate_cost:
-        cases = select_cases(args.benchmark_dir, **selection)
-        if args.estimate_cost:
-            print(cost_table(cases, args.model or default_model(provider)))
-        else:
-            logger.info("benchmark bundle %s is valid: %d case(s) checked",
-                        args.benchmark_dir, len(cases))
-        return 0
-    output_path = args.output_path or (
-        config.eval_vlm_on_chexpercept.output_path if config else None) or \
-        io.stage_output_dir("03", config.path.work_dir if config else None)
-    seed = args.seed if args.seed is not None else (config.seed if config else 0)
+        return _check_only(args, provider, selection)
 
     def start_log(run_dir: Path) -> None:
         logger.info("log: %s", setup_logging(args.log_level, run_dir / "logs", name="eval",
