@@ -235,38 +235,13 @@ def create_sam2_box_segmenter(cfg: ChexperceptConfig) -> Segmenter:
 
 
 def load_sam2_predictor(checkpoint: str, config: str, device: str) -> Any:
-    """``SAM2ImagePredictor`` from a local ``{"model": state}`` checkpoint.
+    """``SAM2ImagePredictor`` for ``sam2-box``, from the Stage 01 SAM2 settings.
 
-    The config is a sam2 config name or a YAML path, loaded as the Stage 01 SAM2 backend does
-    (docs/deformation.md, "SAM refinement").
-
-    Raises:
-        MissingDependencyError: If sam2 is not installed.
-        InputError: If the checkpoint does not fit the config.
+    See :func:`utils.sam2_models.load_sam2_predictor` (arguments and errors).
     """
-    from utils.deps import require
+    from utils.sam2_models import load_sam2_predictor as load
 
-    require("sam2", "sam", "source_data_curation.segmenter 'sam2-box'")
-    from sam2.build_sam import build_sam2
-    from sam2.sam2_image_predictor import SAM2ImagePredictor
-
-    try:
-        if Path(config).is_file():
-            import torch
-            from hydra.utils import instantiate
-            from omegaconf import OmegaConf
-
-            model = instantiate(OmegaConf.load(config).model, _recursive_=True)
-            state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
-            model.load_state_dict(state, strict=True)
-            model = model.to(device).eval()
-        else:
-            model = build_sam2(config, ckpt_path=checkpoint, device=device)
-    except (RuntimeError, KeyError) as exc:
-        raise InputError(f"cannot load SAM2 checkpoint {checkpoint} with config {config} "
-                         f"(mask_deformation.sam2_checkpoint / sam2_config): {exc}") from None
-    logger.info("sam2-box: loaded %s on %s", checkpoint, device)
-    return SAM2ImagePredictor(model)
+    return load(checkpoint, config, device, what="source_data_curation.segmenter 'sam2-box'")
 
 
 __all__ = [

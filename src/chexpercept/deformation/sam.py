@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from chexpercept.deformation.points import check_points_in_image
-from chexpercept.errors import ConfigError, InputError
+from chexpercept.errors import ConfigError
 from chexpercept.io import WORK_SIZE
 
 logger = logging.getLogger(__name__)
@@ -139,40 +139,12 @@ def _worker_index() -> int:
 def load_sam2(checkpoint: str, config: str, device: str) -> PointPredictor:
     """``SAM2ImagePredictor`` from a local checkpoint (docs/deformation.md, "SAM refinement").
 
-    Args:
-        checkpoint: ``{"model": state_dict}`` file (Meta's format), loaded strictly.
-        config: A config name inside the sam2 package (``configs/sam2.1/sam2.1_hiera_t.yaml``)
-            or a path to a YAML file with a ``model`` node.
-        device: Torch device.
-
-    Raises:
-        MissingDependencyError: If sam2 is not installed.
-        InputError: If the checkpoint does not fit the config.
+    See :func:`utils.sam2_models.load_sam2_predictor` (arguments and errors).
     """
-    from pathlib import Path
+    from utils.sam2_models import load_sam2_predictor
 
-    from utils.deps import require
-
-    require("sam2", "sam", "mask_deformation.backend 'sam2'")
-    from sam2.build_sam import build_sam2
-    from sam2.sam2_image_predictor import SAM2ImagePredictor
-
-    try:
-        if Path(config).is_file():
-            import torch
-            from hydra.utils import instantiate
-            from omegaconf import OmegaConf
-
-            model = instantiate(OmegaConf.load(config).model, _recursive_=True)
-            state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
-            model.load_state_dict(state, strict=True)
-            model = model.to(device).eval()
-        else:
-            model = build_sam2(config, ckpt_path=checkpoint, device=device)
-    except (RuntimeError, KeyError) as exc:
-        raise InputError(f"cannot load SAM2 checkpoint {checkpoint} with config {config} "
-                         f"(mask_deformation.sam2_checkpoint / sam2_config): {exc}") from None
-    return SAM2ImagePredictor(model)
+    return load_sam2_predictor(checkpoint, config, device,
+                               what="mask_deformation.backend 'sam2'")
 
 
 class Sam3PointPredictor:
