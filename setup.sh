@@ -70,8 +70,8 @@ if [ "$extras" != fixtures ] && ! command -v chromium >/dev/null 2>&1 \
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
     echo "setup.sh: installing Debian's chromium for the browser tests (apt-get) ..."
-    apt_install() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-                      --no-install-recommends chromium >/dev/null; }
+    apt_install() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+                      >/dev/null; }
     apt_install || { $SUDO apt-get update -q >/dev/null && apt_install; } || \
       echo "setup.sh: could not install chromium; the browser tests (tests/viewer) will fail" \
            "under CI and be skipped elsewhere" >&2
