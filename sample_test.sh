@@ -34,6 +34,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$ROOT"
 # shellcheck source=scripts/lib/pyenv.sh
 source "$ROOT/scripts/lib/pyenv.sh"
+# shellcheck source=scripts/lib/smoke.sh
+source "$ROOT/scripts/lib/smoke.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 keep=0
@@ -61,7 +63,6 @@ CFG="$ROOT/cfg/config_sample_test.yaml"
 [ "$keep" = 1 ] || rm -rf "$WORK"
 mkdir -p "$WORK"
 S00="$WORK/00_source_data_curation"
-S01="$WORK/01_mask_deformation"
 S03="$WORK/03_eval_vlm_on_chexpercept"
 S04="$WORK/04_analyze_eval_result"
 BENCH="$WORK/chexpercept"
@@ -75,40 +76,8 @@ for part in 0 1; do
   "${PY[@]}" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --part "$part" --total-parts 2 --no-progress
 done
 "${PY[@]}" src/00_source_data_curation/02_prepare_positive_annotation.py --base-out "$S00/rosalia_pred" --total-parts 2
-"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
-"${PY[@]}" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
-"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
-"${PY[@]}" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
-  --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
-
-step "01 anatomy masks + mask deformation"
-"${PY[@]}" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
-"${PY[@]}" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
-
-step "02 QA generation + benchmark export"
-"${PY[@]}" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress
-"${PY[@]}" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
-"${PY[@]}" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
-
-step "03 evaluation"
-"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --validate-only
-for provider in oracle random dummy; do
-  for setting in implicit none; do
-    "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
-      --provider "$provider" --oracle_setting "$setting" --no-progress
-  done
-done
-
-step "04 analysis"
-for setting in implicit none; do
-  "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
-    --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
-done
-
-step "self-check"
-# exits 1 with one line when an oracle row is below 100 % or a dummy row differs from the
-# value worked out from the answer keys
-"${PY[@]}" scripts/sample_test/check_summary.py --work-dir "$WORK"
+smoke_review "$CFG" "$S00"
+smoke_stages_01_to_04 "$CFG" "$WORK"
 
 step "done in $(( $(date +%s) - start ))s"
 echo "benchmark:        $BENCH/chexpercept.json (+ image folders)"

@@ -25,6 +25,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=scripts/lib/pyenv.sh
 source "$ROOT/scripts/lib/pyenv.sh"
+# shellcheck source=scripts/lib/smoke.sh
+source "$ROOT/scripts/lib/smoke.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 keep=0
@@ -51,7 +53,6 @@ CFG="$ROOT/cfg/config_public_sample.yaml"
 [ "$keep" = 1 ] || rm -rf "$WORK"
 mkdir -p "$WORK"
 S00="$WORK/00_source_data_curation"
-S03="$WORK/03_eval_vlm_on_chexpercept"
 S04="$WORK/04_analyze_eval_result"
 BENCH="$WORK/chexpercept"
 
@@ -61,38 +62,8 @@ step "stand-ins: SYNTHETIC images at the real NIH box geometry (not NIH pixels)"
 step "00 source data curation (nih-cxr14, box-anatomy)"
 "${PY[@]}" src/00_source_data_curation/00_sample_mimic_ils_case.py --config "$CFG" --no-progress
 "${PY[@]}" src/00_source_data_curation/01_generate_rosalia_pred.py --config "$CFG" --no-progress
-echo "AUTO-APPROVING every candidate and negative (smoke test only; a real benchmark needs the experts' optimal? review)"
-"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/rosalia_pred/labeling_sheet.csv"
-"${PY[@]}" src/00_source_data_curation/03_prepare_negative_annotation.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv"
-"${PY[@]}" scripts/sample_test/autofill_optimal.py "$S00/negative/labeling_sheet.csv"
-"${PY[@]}" src/00_source_data_curation/04_distribute_labeling.py --config "$CFG" --positive-csv "$S00/rosalia_pred/labeling_sheet.csv" \
-  --negative-csv "$S00/negative/labeling_sheet.csv" --num-annotators 2
-
-step "01 anatomy masks + mask deformation"
-"${PY[@]}" src/01_mask_deformation/00_generate_anatomy_mask.py --config "$CFG" --meta-csv "$S00/rosalia_pred/labeling_sheet.csv" --no-progress
-"${PY[@]}" src/01_mask_deformation/01_deform_mask.py --config "$CFG" --num-workers 2 --no-progress
-
-step "02 QA generation + benchmark export"
-"${PY[@]}" src/02_qa_generation/00_generate_qa.py --config "$CFG" --num-workers 2 --no-progress --no-review-figures
-"${PY[@]}" src/02_qa_generation/01_export_benchmark.py --config "$CFG" --benchmark-dir "$BENCH"
-"${PY[@]}" src/02_qa_generation/02_validate_bundle.py --benchmark-dir "$BENCH" --no-progress
-
-step "03 evaluation"
-for provider in oracle random dummy; do
-  for setting in implicit none; do
-    "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "$BENCH" --output-path "$S03" \
-      --provider "$provider" --oracle_setting "$setting" --no-progress
-  done
-done
-
-step "04 analysis"
-for setting in implicit none; do
-  "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$S03" \
-    --oracle_setting "$setting" --output-dir "$S04" --benchmark-dir "$BENCH"
-done
-
-step "self-check"
-"${PY[@]}" scripts/sample_test/check_summary.py --work-dir "$WORK"
+smoke_review "$CFG" "$S00"
+smoke_stages_01_to_04 "$CFG" "$WORK" --no-review-figures
 
 step "done in $(( $(date +%s) - start ))s"
 echo "SYNTHETIC stand-ins: $WORK/stand_ins/ (real NIH ids and boxes, synthetic pixels; see its README.txt)"
