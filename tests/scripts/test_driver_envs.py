@@ -2,7 +2,8 @@
 
 The choice lives in scripts/lib/pyenv.sh, sourced by both drivers.
 
-Each test copies the two drivers and scripts/lib/pyenv.sh into a temporary root whose stage scripts
+Each test copies the two drivers and scripts/lib/{pyenv,smoke}.sh (smoke.sh holds the steps
+sample_test.sh shares with the public smoke) into a temporary root whose stage scripts
 are stubs: a stub records its argv, the interpreter that ran it (VIA) and LD_LIBRARY_PATH, then
 exits 0. The interpreters are stand-ins too: a `conda` on PATH that logs every call, emulates
 `conda env list` and `conda run --no-capture-output -n NAME python ARGS` (runs this test's Python,
@@ -25,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVERS = ("eval_chexpercept.sh", "sample_test.sh")
+#: Shell libraries the drivers source.
+LIBS = ("scripts/lib/pyenv.sh", "scripts/lib/smoke.sh")
 KEEP_LD = "/opt/keep/lib"
 EVAL = "src/03_eval_vlm_on_chexpercept/00_eval.py"
 ANALYZE = "src/04_analyze_eval_result/01_analyze_model_performance.py"
@@ -73,12 +76,12 @@ class Sandbox:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.root = tmp / "repo"
-        for rel in (*DRIVERS, "scripts/lib/pyenv.sh"):
+        for rel in (*DRIVERS, *LIBS):
             (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, self.root / rel)
         shutil.copytree(ROOT / "envs", self.root / "envs")
         scripts = set()
-        for driver in DRIVERS:
+        for driver in (*DRIVERS, *LIBS):
             scripts |= set(re.findall(r"(?:src|scripts)/[\w./-]+\.py", (ROOT / driver).read_text()))
         assert EVAL in scripts and ANALYZE in scripts
         for rel in scripts:
