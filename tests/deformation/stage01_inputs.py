@@ -128,3 +128,24 @@ def write_inputs(root: Path, cases: dict[str, str] | None = None, *, zone_source
     )
     return {"config": config, "sheet": sheet, "out00": out00, "out01": out01,
             "provided_chex": prov_chex, "provided_cxas": prov_cxas, "cxr": cxr_dir}
+
+
+def deformation_tasks(root: Path, cases: dict[str, str], out_name: str = "out01"):
+    """Inputs for ``cases`` under ``root`` and the morphological run's ``(tasks, settings)``.
+
+    The settings write to ``root/out_name`` with seed 7, the CheXmask-U and CXAS masks of the
+    inputs and ``chex_vertical_thirds`` lung zones.
+    """
+    from chexpercept.deformation import DeformationParams, DeformationSettings, build_tasks
+    from chexpercept.io import read_csv_rows
+    from chexpercept.schema import accepted_key_ids
+
+    paths = write_inputs(root, cases)
+    rows = read_csv_rows(paths["sheet"])
+    tasks = build_tasks(rows, accepted_key_ids(rows, paths["sheet"]), sheet_path=paths["sheet"],
+                        candidate_root=paths["out00"] / "rosalia_pred", cxr_dir=paths["cxr"])
+    settings = DeformationSettings(
+        out_dir=str(root / out_name), seed=7, params=DeformationParams(),
+        chexmask_dir=str(paths["out01"] / "chexmasku_pred"),
+        cxas_dir=str(paths["out01"] / "cxas_pred"), zone_source="chex_vertical_thirds")
+    return tasks, settings

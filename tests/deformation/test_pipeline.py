@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from stage01_inputs import write_inputs
+from stage01_inputs import deformation_tasks
 
 from chexpercept.deformation import (
-    DeformationParams,
     DeformationSettings,
     build_tasks,
     check_backend,
     run_deformation,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import DeformationLayout, read_csv_rows
+from chexpercept.io import DeformationLayout
 from chexpercept.schema import accepted_key_ids, parse_deformation_results
 
 CASES = {"s50000001_positive_0": "consolidation", "s50000002_positive_0": "cardiomegaly",
@@ -23,15 +22,7 @@ CASES = {"s50000001_positive_0": "consolidation", "s50000002_positive_0": "cardi
 
 
 def _setup(root, cases=CASES, out_name="out01"):
-    paths = write_inputs(root, cases)
-    rows = read_csv_rows(paths["sheet"])
-    tasks = build_tasks(rows, accepted_key_ids(rows, paths["sheet"]), sheet_path=paths["sheet"],
-                        candidate_root=paths["out00"] / "rosalia_pred", cxr_dir=paths["cxr"])
-    settings = DeformationSettings(
-        out_dir=str(root / out_name), seed=7, params=DeformationParams(),
-        chexmask_dir=str(paths["out01"] / "chexmasku_pred"),
-        cxas_dir=str(paths["out01"] / "cxas_pred"), zone_source="chex_vertical_thirds")
-    return tasks, settings
+    return deformation_tasks(root, cases, out_name)
 
 
 def _snapshot(out):

@@ -12,16 +12,13 @@ from pathlib import Path
 
 import pytest
 from ray_cluster import plugin_pythonpath, require_ray, start_cluster
-from stage01_inputs import write_inputs
+from stage01_inputs import deformation_tasks
 
 from chexpercept.deformation import (
-    DeformationParams,
     DeformationSettings,
-    build_tasks,
     run_deformation,
 )
-from chexpercept.io import DeformationLayout, read_csv_rows
-from chexpercept.schema import accepted_key_ids
+from chexpercept.io import DeformationLayout
 from utils.cli import run_main
 from utils.errors import MissingDependencyError
 from utils.ray_pool import ActorLost, ActorPool, RayWorkers
@@ -41,15 +38,7 @@ def cluster(tmp_path_factory):
 
 
 def _setup(root, out_name):
-    paths = write_inputs(root, CASES)
-    rows = read_csv_rows(paths["sheet"])
-    tasks = build_tasks(rows, accepted_key_ids(rows, paths["sheet"]), sheet_path=paths["sheet"],
-                        candidate_root=paths["out00"] / "rosalia_pred", cxr_dir=paths["cxr"])
-    settings = DeformationSettings(
-        out_dir=str(root / out_name), seed=7, params=DeformationParams(),
-        chexmask_dir=str(paths["out01"] / "chexmasku_pred"),
-        cxas_dir=str(paths["out01"] / "cxas_pred"), zone_source="chex_vertical_thirds")
-    return tasks, settings
+    return deformation_tasks(root, CASES, out_name)
 
 
 def _snapshot(out):
