@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stage00_config import fixture_config
 
 from chexpercept.curation import (
     distribute_labeling,
@@ -15,16 +16,8 @@ from chexpercept.curation import (
 )
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import CurationLayout, read_csv_rows, read_json
-from chexpercept.schema import ChexperceptConfig
 
-
-def _cfg(tmp: Path, fx) -> ChexperceptConfig:
-    return ChexperceptConfig.model_validate({"seed": 0, "path": {
-        "mimic_cxr_jpg_path": str(fx.jpg_root), "mimic_cxr_path": str(tmp / "mimic_cxr"),
-        "mimic_meta_path": str(fx.metadata_csv), "mimic_report_path": str(fx.report_root),
-        "mimic_ils_path": str(fx.mimic_ils_json),
-        "mimic_ils_seg_mask_path": str(fx.lesion_mask_root), "work_dir": str(tmp / "work")},
-        "source_data_curation": {"max_samples_per_lesion": 2, "samples_per_lesion_negative": 1}})
+_cfg = fixture_config
 
 
 def test_stage00_steps_from_python(tmp_path, synth_paths):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from ray_cluster import require_ray, start_cluster
+from stage00_config import fixture_config
 
 from chexpercept.curation import generate_candidate_masks, sample_mimic_ils_cases
 from chexpercept.io import CurationLayout
-from chexpercept.schema import ChexperceptConfig
 from utils.ray_pool import RayWorkers
 
 require_ray()
@@ -26,13 +26,7 @@ def cluster(tmp_path_factory):
         yield address
 
 
-def _cfg(tmp: Path, fx) -> ChexperceptConfig:
-    return ChexperceptConfig.model_validate({"seed": 0, "path": {
-        "mimic_cxr_jpg_path": str(fx.jpg_root), "mimic_cxr_path": str(tmp / "mimic_cxr"),
-        "mimic_meta_path": str(fx.metadata_csv), "mimic_report_path": str(fx.report_root),
-        "mimic_ils_path": str(fx.mimic_ils_json),
-        "mimic_ils_seg_mask_path": str(fx.lesion_mask_root), "work_dir": str(tmp / "work")},
-        "source_data_curation": {"max_samples_per_lesion": 2, "samples_per_lesion_negative": 1}})
+_cfg = fixture_config
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
