@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import chat_templates
 import pytest
 
 from utils.errors import ProviderError
-from utils.llm.base import Completion, Message, TurnRequest
+from utils.llm.base import ChatModel, Completion, Message, TurnRequest
 from utils.llm.chat_format import (
     ChatFormat,
     apply_chat_format,
@@ -16,6 +17,7 @@ from utils.llm.chat_format import (
     is_template_error,
     probe_chat_template,
 )
+from utils.llm.registry import create_model
 
 jinja2 = pytest.importorskip("jinja2")
 sandbox = pytest.importorskip("jinja2.sandbox")
@@ -105,3 +107,58 @@ def test_context_rule_first_turn_stops_later_turn_fails():
     assert done.error.startswith("the dialogue outgrew the model's context")
     other = Completion("", "error", error="aspect ratio")
     assert context_rule(first, other, provider="p", fix="f") is other
+
+
+class _ReplyImagePlugin(ChatModel):
+    """A plugin that rebuilds each request with the question's images on the last reply."""
+
+    provider = "reply-image-plugin"
+
+    def __init__(self, inner: ChatModel) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+
+    def generate(self, requests):
+        moved = []
+        for request in requests:
+            messages = list(request.messages)
+            last = messages[-1]
+            messages[-2] = Message("assistant", messages[-2].text, last.images)
+            messages[-1] = Message("user", last.text)
+            moved.append(dataclasses.replace(request, messages=tuple(messages)))
+        return self.inner.generate(moved)
+
+
+def _dialogue(image: Path) -> TurnRequest:
+    return TurnRequest((Message("system", "be brief"), Message("user", "first?", (image,)),
+                        Message("assistant", "Answer: 1"), Message("user", "second?", (image,))),
+                       request_id="effusion_s1_positive_0/contour_evaluation_qa",
+                       meta={"num_options": 2, "multi_select": False,
+                             "option_texts": ["Yes", "No"], "none_index": None})
+
+
+def test_an_assistant_message_with_images_is_refused_naming_request_and_message(tmp_path):
+    image = tmp_path / "xray.png"
+    with pytest.raises(ProviderError) as info:
+        TurnRequest((Message("user", "q?", (image,)), Message("assistant", "A", (image,)),
+                     Message("user", "next?")), request_id="effusion_s1_positive_0/detection_qa")
+    text = str(info.value)
+    assert "effusion_s1_positive_0/detection_qa" in text and "message 1 (assistant)" in text
+    assert str(image) in text and "Prompt structure" in text
+    # user and system images stay allowed (the system text and images may be folded)
+    TurnRequest((Message("system", "s", (image,)), Message("user", "q?", (image,))))
+
+
+@pytest.mark.parametrize("provider", ["random", "dummy"])
+def test_a_plugin_cannot_hand_a_provider_assistant_images(tmp_path, provider):
+    """The check is where every request is made, so no provider's generate ever runs."""
+    inner = create_model(provider)
+    calls = []
+    inner_generate = inner.generate
+    inner.generate = lambda requests: calls.append(requests) or inner_generate(requests)
+    plugin = _ReplyImagePlugin(inner)
+    image = tmp_path / "xray.png"
+    assert inner.generate([_dialogue(image)])[0].text  # the dialogue's own request is fine
+    with pytest.raises(ProviderError, match=r"contour_evaluation_qa: message 2 \(assistant\)"):
+        plugin.generate([_dialogue(image)])
+    assert len(calls) == 1  # only the unchanged request reached the provider

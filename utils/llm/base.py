@@ -30,7 +30,8 @@ class Message:
     Attributes:
         role: ``system``, ``user`` or ``assistant``.
         text: The message text.
-        images: Image files attached to a user message, in order (PNG/JPG paths).
+        images: Image files attached to a user (or system) message, in order (PNG/JPG paths);
+            an assistant message carries none (:class:`TurnRequest` refuses it).
     """
 
     role: Role
@@ -54,6 +55,28 @@ class TurnRequest:
     messages: tuple[Message, ...]
     request_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse images in an assistant message before any provider sees the request.
+
+        Every provider (API, engine, baseline, plugin) receives a ``TurnRequest``, so this is
+        the one check of what may carry images: user (and system) messages only
+        (docs/evaluation_protocol.md, "Prompt structure"). The Stage 03 dialogue never attaches
+        images to a reply; a plugin that builds requests could, and providers would then send,
+        drop or reject them each their own way.
+
+        Raises:
+            ProviderError: Naming the request id (``<key_id>/<turn>``), the message's index in
+                ``messages`` and its images.
+        """
+        for index, message in enumerate(self.messages):
+            if message.role == "assistant" and message.images:
+                raise ProviderError(
+                    f"request {self.request_id or '<no request_id>'}: message {index} (assistant) "
+                    f"carries {len(message.images)} image(s) "
+                    f"({', '.join(str(p) for p in message.images)}); only user and system "
+                    f"messages may carry images (docs/evaluation_protocol.md, 'Prompt "
+                    f"structure'): attach them to the user message before it")
 
 
 @dataclass
