@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import importlib.util
 import json
 import os
@@ -264,6 +265,46 @@ def test_azure_deployment_url_shape(server, png):
     assert seen.auth == KEY  # Azure sends the key as the api-key header
     described = model.describe()
     assert described["deployment"] == "my-deploy" and KEY not in json.dumps(described)
+
+
+def _azure(server, **kw):
+    return AzureOpenAIChatModel("gpt-5.4", base_url=server.root_url,
+                                env={"AZURE_OPENAI_API_KEY": KEY,
+                                     "OPENAI_API_VERSION": "2025-04-01-preview"},
+                                retry_policy=FAST, **kw)
+
+
+@pytest.mark.parametrize(("deployment", "named"), [
+    ("my-deploy", "--deployment ('my-deploy')"),
+    (None, "--deployment ('gpt-5.4' (not given: the --model name))"),
+])
+def test_azure_404_names_the_deployment_flag(server, png, deployment, named):
+    server.push({"status": 404, "error_code": "DeploymentNotFound",
+                 "error_message": "The API deployment for this resource does not exist."})
+    with pytest.raises(ProviderError) as info:
+        _azure(server, deployment=deployment).generate([_request(png)])
+    text = str(info.value)
+    assert "HTTP 404" in text and named in text and "Check --model" not in text
+    assert "2025-04-01-preview" in text and KEY not in text
+
+
+def test_openai_404_still_names_the_model_flag(server, png):
+    server.push({"status": 404, "error_code": "model_not_found"})
+    with pytest.raises(ProviderError, match=r"Check --model \('gpt-5.4'\)"):
+        _model(server).generate([_request(png)])
+
+
+def test_assistant_images_never_reach_the_server(server, png):
+    """A plugin that moves images into a reply is stopped where its request is made."""
+    model = _model(server)
+    request = _request(png)
+    messages = list(request.messages)
+    messages[2] = Message("assistant", "Answer: 2", (png,))
+    with pytest.raises(ProviderError, match=r"case/turn: message 2 \(assistant\)"):
+        model.generate([TurnRequest(tuple(messages), request_id=request.request_id)])
+    with pytest.raises(ProviderError, match=r"case/turn: message 2 \(assistant\)"):
+        asyncio.run(model.agenerate(dataclasses.replace(request, messages=tuple(messages))))
+    assert server.chat_requests() == []
 
 
 def test_azure_missing_endpoint_names_env_and_yaml(tmp_path):

@@ -673,6 +673,17 @@ class AzureOpenAIChatModel(OpenAIChatModel):
 
     _client_classes = ("AzureOpenAI", "AsyncAzureOpenAI")
 
+    def _fatal_hint(self, code: int) -> str:
+        """A 404 names ``--deployment``: Azure routes by deployment, not by ``--model``."""
+        if code != 404:
+            return super()._fatal_hint(code)
+        given = "" if self.config.deployment else " (not given: the --model name)"
+        return (f"Check --deployment ({self.deployment!r}{given}): the Azure endpoint "
+                f"{hide_credentials(self.endpoint)} has no deployment of that name, or its "
+                f"api-version {self.api_version} (OPENAI_API_VERSION / azure.api_version) is "
+                f"not served; --model ({self.model!r}) only sets pricing and the request "
+                f"parameters")
+
     def describe(self) -> dict[str, Any]:
         """Manifest settings: deployment, endpoint and api-version included (no key)."""
         return {**super().describe(), "deployment": self.deployment,
