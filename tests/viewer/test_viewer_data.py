@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 from viewer_runs import load_records, load_results
@@ -108,6 +109,49 @@ def test_images_are_linked_relative_or_copied_small(viewer_runs, tmp_path):
     urls = {im["url"] for d in _chunks(small.parent, 0).values() for t in d["turns"]
             for im in t["images"]}
     assert urls == {f"images/{p.name}" for p in copies}
+
+
+def _run_showing(tmp_path: Path, images: list[Path]) -> ViewerRun:
+    """A one-case run folder whose only turn was sent with ``images``."""
+    run_dir = tmp_path / "run" / "oracle_none"
+    run_dir.mkdir(parents=True)
+    record = {"qa_path": "lesion_free", "chat_history": [["Is there effusion?",
+                                                          [str(p) for p in images], "Answer: 2"]],
+              "_chat_history_idx": {"detection_qa": 0}}
+    (run_dir / "all_results.json").write_text(json.dumps({"effusion_s1_negative_0": record}))
+    return ViewerRun("run", "none", run_dir)
+
+
+def test_copied_images_go_through_the_one_loader(tmp_path):
+    """A 16-bit CXR is rescaled (not clipped white); an EXIF-rotated JPEG is copied upright."""
+    sixteen = tmp_path / "xray16.png"
+    gradient = np.linspace(1000, 4000, 48 * 32).reshape(32, 48).astype(np.uint16)
+    Image.fromarray(gradient).save(sixteen)  # 12-bit data in 16: above 255 everywhere
+    rotated = tmp_path / "rotated.jpg"
+    stored = np.zeros((20, 40), np.uint8)
+    stored[:8, :8] = 255  # bright block at the stored top-left
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned 90 degrees clockwise: the block at the top-right
+    Image.fromarray(stored).save(rotated, exif=exif, quality=95)
+    page = write_viewer([_run_showing(tmp_path, [sixteen, rotated])], tmp_path / "out",
+                        image_max_side=64)
+    shown = _chunks(page.parent, 0)["effusion_s1_negative_0"]["turns"][0]["images"]
+    copies = [page.parent / im["url"] for im in shown]
+    with Image.open(copies[0]) as im:
+        values = np.asarray(im.convert("L"))
+    assert values.min() < 30 and values.max() > 225, (values.min(), values.max())
+    with Image.open(copies[1]) as im:
+        assert im.size == (20, 40) and im.getexif().get(0x0112) is None
+        upright = np.asarray(im.convert("L"))
+    assert upright[:6, -6:].mean() > 200 and upright[:6, :6].mean() < 50
+    assert upright[-6:, -6:].mean() < 50
+
+
+def test_an_unreadable_image_to_copy_names_the_file(tmp_path):
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with pytest.raises(InputError, match="broken.png"):
+        write_viewer([_run_showing(tmp_path, [broken])], tmp_path / "out", image_max_side=64)
 
 
 def test_no_secret_reaches_the_viewer(viewer_runs, tmp_path):

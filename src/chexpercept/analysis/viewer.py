@@ -13,7 +13,8 @@ action before it) and ``<run_dir>/run_manifest.json`` (model, settings, commit),
 - ``data/r<run>_c<chunk>.js``: the dialogues, :data:`CHUNK_SIZE` cases per file, loaded only
   when a case of the chunk is opened (or a text search needs the replies);
 - with ``image_max_side``: ``images/<hash>.jpg``, small copies of the images for sharing the
-  folder; otherwise the pages reference the bundle's PNGs by relative path (nothing copied).
+  folder, decoded by the one image loader (docs/images.md, "Image loading"); otherwise the
+  pages reference the bundle's PNGs by relative path (nothing copied).
 
 The page layout and keys are in docs/viewer.md. The run's files are found and read through
 :class:`~chexpercept.run_store.RunStore`; ``records.jsonl`` is read without the store's repair
@@ -44,6 +45,7 @@ from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_
 from chexpercept.provenance import redact_secrets
 from chexpercept.run_store import RunStore
 from chexpercept.schema import STATUSES
+from utils.imaging import load_image
 
 logger = logging.getLogger(__name__)
 
@@ -200,16 +202,30 @@ class _Images:
 
 
 def _write_small_copy(src: Path, target: Path, max_side: int) -> None:
-    """A JPEG copy of ``src`` whose longer side is at most ``max_side`` pixels."""
+    """A JPEG copy of ``src`` whose longer side is at most ``max_side`` pixels.
+
+    Decoded by :func:`utils.imaging.load_image`, the loader the models' pixels come from
+    (docs/images.md, "Image loading"): a 16-bit CXR is rescaled by its own range instead of
+    clipped to white, an EXIF orientation is applied (the copy is upright and, with the tag
+    gone, shown so by every browser), palette and alpha are resolved. The 8-bit L or RGB result
+    is shrunk with its aspect ratio kept (Lanczos) and written as a quality-85 JPEG, atomically.
+
+    Args:
+        src: The image named in ``chat_history``.
+        target: The ``viewer/images/<hash>.jpg`` file.
+        max_side: Longest side of the copy in pixels (``--copy-images``).
+
+    Raises:
+        InputError: If ``src`` cannot be decoded (names the file).
+    """
     import io as _io
 
     from PIL import Image
 
-    with Image.open(src) as image:
-        image = image.convert("RGB")
-        image.thumbnail((max_side, max_side))
-        buf = _io.BytesIO()
-        image.save(buf, format="jpeg", quality=85)
+    image = load_image(src)
+    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buf = _io.BytesIO()
+    image.save(buf, format="jpeg", quality=85)
     io.write_bytes_atomic(target, buf.getvalue())
 
 
@@ -326,7 +342,8 @@ def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
 
     Raises:
         InputError: If ``runs`` is empty, a run has no ``all_results.json`` or its content
-            is not a JSON object keyed by key_id.
+            is not a JSON object keyed by key_id, or (with ``image_max_side``) an image to
+            copy cannot be decoded (names the file).
         SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON.
     """
     if not runs:
