@@ -10,7 +10,8 @@ point options inside the working frame, no answer-revealing file names (an error
 this code wrote, a warning for the released one, docs/differences.md D25), and path
 counts (questions per path; ``sampling_summary.json`` agrees with the JSON). Images the one
 loader converts before a model sees them (16-bit, palette, alpha, CMYK, EXIF orientation) are
-warnings, not errors (docs/images.md, "Image loading").
+warnings, not errors (docs/images.md, "Image loading"), as is a CXR below the minimum side or
+beyond the aspect ratio of a radiograph (docs/images.md, "Image size").
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class BundleCheck:
         strict_names: Whether answer-revealing names were errors (our bundle).
         problems: Errors, each ``<key_id>: <what> (<path>)``.
         warnings: Findings that do not stop a run (released-bundle naming, images that
-            need conversion).
+            need conversion, a CXR below the minimum side or beyond the aspect ratio).
         cases: key_ids checked.
         images: Number of distinct images opened.
         conversions: Image file -> why the loader converts it before a model sees it
@@ -382,6 +383,13 @@ def _structure_problems(key_id: str, item: BenchmarkItem) -> list[str]:
 
 #: Image formats every provider can send (OpenAI-compatible servers, Gemini, vLLM data URLs).
 SENDABLE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")
+#: A CXR whose shorter side is below this many pixels is a warning: half the 1024 x 1024
+#: working frame, below which the frame's point markers, edits and lung zones shrink to a few
+#: pixels (docs/images.md, "Image size").
+MIN_IMAGE_SIDE_PX = 512
+#: A CXR whose longer side is more than this many times its shorter side is a warning: no
+#: radiographic detector format is beyond 4:3 (docs/images.md, "Image size").
+MAX_ASPECT_RATIO = 2.0
 
 
 def _image_info(path: Path) -> tuple[str | None, ImageHeader | None]:
@@ -482,7 +490,10 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
 
     Errors vs warnings: answer-revealing names and answer-text mismatches are errors for our
     bundles (``strict_names``; auto-detected by :func:`is_own_bundle` when None) and
-    warnings for the released bundle; a CXR that is not 1024x1024 is only logged (debug); an
+    warnings for the released bundle; a CXR that is not 1024x1024 is only logged (debug),
+    unless its shorter side is below :data:`MIN_IMAGE_SIDE_PX` or its aspect ratio above
+    :data:`MAX_ASPECT_RATIO`, each a warning naming the key_id, file and size
+    (docs/images.md, "Image size"); an
     image the loader converts before a model sees it (16-bit, palette, alpha, CMYK, EXIF
     orientation; :func:`utils.imaging.needs_conversion`) is a warning, once per file, and is
     listed in ``BundleCheck.conversions`` (docs/images.md, "Image loading"). Sizes are the
@@ -537,6 +548,7 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
                     cxr_size = size
                     if size != (WORK_SIZE, WORK_SIZE):
                         odd_sizes.append(f"{key_id} {size[0]}x{size[1]}")
+                        check.warnings.extend(_size_warnings(key_id, image, size))
                 elif cxr_size is not None and size != cxr_size:
                     check.problems.append(f"{key_id}: {q.name} image is {size[0]}x{size[1]} but "
                                           f"the CXR is {cxr_size[0]}x{cxr_size[1]} ({image})")
@@ -548,6 +560,33 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
                      "frame): %s", len(odd_sizes), WORK_SIZE, WORK_SIZE, ", ".join(odd_sizes[:5]))
     check.images = len(opened)
     return check
+
+
+def _size_warnings(key_id: str, image: Path, size: tuple[int, int]) -> list[str]:
+    """Warnings for a CXR too small or too elongated to be a usable chest X-ray.
+
+    Args:
+        key_id: The case.
+        image: Its ``detection_qa`` CXR file.
+        size: ``(width, height)`` in pixels, upright (as a model is shown it).
+
+    Returns:
+        One line per finding: the shorter side below :data:`MIN_IMAGE_SIDE_PX`, the aspect
+        ratio above :data:`MAX_ASPECT_RATIO` (docs/images.md, "Image size"); none for a usual CXR.
+    """
+    width, height = size
+    short, long = min(size), max(size)
+    where = f"{key_id}: {DETECTION} image is {width}x{height} pixels"
+    lines = []
+    if short < MIN_IMAGE_SIDE_PX:
+        lines.append(f"{where}, its shorter side below the {MIN_IMAGE_SIDE_PX} px minimum of a "
+                     f"CXR (docs/images.md, 'Image size'): a thumbnail, a crop or the wrong "
+                     f"file? ({image})")
+    if short > 0 and long / short > MAX_ASPECT_RATIO:
+        lines.append(f"{where}, an aspect ratio of {long / short:.1f}:1, beyond the "
+                     f"{MAX_ASPECT_RATIO:g}:1 of any radiograph (docs/images.md, 'Image size'): "
+                     f"a strip, a crop or the wrong file? ({image})")
+    return lines
 
 
 def _note_conversion(check: BundleCheck, key_id: str, question: str, image: Path,

@@ -234,3 +234,25 @@ def test_images_that_need_conversion_are_reported_not_failed(bench):
     assert len(lines) == 1 and NEG in lines[0] and "16-bit grayscale" in lines[0]
     assert str(cxr) in lines[0]
     validate_benchmark_dir(bench)  # still valid
+
+
+def test_a_cxr_below_the_minimum_side_or_too_elongated_is_a_warning(bench):
+    """A 332 x 27 "CXR" is named (key_id, size, file); the 1024 x 1024 phantoms are not."""
+    tiny = bench / "chexpercept" / NEG / "detection_qa" / "xray.png"
+    Image.fromarray(np.full((27, 332, 3), 90, np.uint8)).save(tiny)
+    layout = BenchmarkLayout(bench)
+    check = check_bundle(layout, load_benchmark(layout.json_path))
+    assert check.problems == []
+    sized = [w for w in check.warnings if "Image size" in w]
+    assert len(sized) == 2 and all(w.startswith(f"{NEG}: detection_qa image is 332x27 pixels")
+                                   and str(tiny) in w for w in sized)
+    assert "below the 512 px minimum" in sized[0] and "aspect ratio of 12.3:1" in sized[1]
+    validate_benchmark_dir(bench)  # a warning, not an error
+
+    Image.fromarray(np.full((520, 1200, 3), 90, np.uint8)).save(tiny)  # wide, not small
+    check = check_bundle(layout, load_benchmark(layout.json_path))
+    sized = [w for w in check.warnings if "Image size" in w]
+    assert len(sized) == 1 and "aspect ratio of 2.3:1" in sized[0]
+    Image.fromarray(np.full((640, 512, 3), 90, np.uint8)).save(tiny)  # small but usable
+    check = check_bundle(layout, load_benchmark(layout.json_path))
+    assert not [w for w in check.warnings if "Image size" in w]
