@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Put JPEG copies of the images, longer side at most MAX_SIDE pixels, into the "
              "viewer folder, to share it without the bundle (default: none, the viewer links "
              "the bundle's images).")
+    parser.add_argument(
+        "--jobs", type=positive_int, default=None, metavar="N",
+        help="Worker processes that score the runs and write their viewer chunks, one run "
+             "each at a time; the outputs are the same for any N (default: the usable CPUs, "
+             "at most one per run).")
     add_common_args(parser, seed=True)
     return parser
 
@@ -151,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      model=args.model, bootstrap=args.bootstrap, seed=_seed(args),
                      limit=args.limit, meta={"config": args.config}, progress=progress,
                      viewer=args.viewer, system_prompt=SYSTEM_PROMPT,
-                     viewer_image_max_side=args.viewer_copy_images)
+                     viewer_image_max_side=args.viewer_copy_images, jobs=args.jobs)
     print(result.summary)
     print("\nOutputs:")
     for path in result.written:

@@ -37,6 +37,7 @@ from chexpercept.analysis.extended import (
     write_extended_csvs,
 )
 from chexpercept.analysis.markdown import render_report, write_report
+from chexpercept.analysis.passes import PassOptions, default_jobs, run_passes
 from chexpercept.analysis.plots import write_plots
 from chexpercept.analysis.release_tables import (
     format_cell,
@@ -45,7 +46,7 @@ from chexpercept.analysis.release_tables import (
     write_model_csvs,
 )
 from chexpercept.analysis.runs import discover_runs, run_from_dir
-from chexpercept.analysis.viewer import write_viewer
+from chexpercept.analysis.viewer import prepare_viewer_dir, write_viewer_index
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             limit: int | None = None, meta: Mapping[str, Any] | None = None,
             progress: Callable[..., Iterable[Any]] | None = None, viewer: bool = True,
             system_prompt: str | None = None,
-            viewer_image_max_side: int | None = None) -> AnalysisResult:
+            viewer_image_max_side: int | None = None, jobs: int | None = None
+            ) -> AnalysisResult:
     """Analyse the runs of ``results_dir`` with this oracle setting and write the outputs.
 
     All-models mode (neither ``provider`` nor ``model``): the per-model CSVs next to each
@@ -103,12 +105,15 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             records its sha256 (None: the viewer shows the hash only).
         viewer_image_max_side: Copy the images into the viewer, longer side at most this many
             pixels (None: the viewer links the bundle's images).
+        jobs: Worker processes for the per-run passes (``analysis.passes``; the outputs are
+            byte-identical for any value); None: one per usable CPU, at most one per run.
 
     Returns:
         The analyses, the files written and the summary table.
 
     Raises:
-        InputError: If ``results_dir`` does not exist or holds no matching run.
+        InputError: If ``results_dir`` does not exist or holds no matching run, or
+            ``jobs < 1``.
         SchemaError: If an ``all_results.json`` is invalid (names the file and key_ids).
     """
     results_dir = Path(results_dir)
@@ -118,11 +123,18 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
                 oracle_setting, results_dir, bootstrap, seed)
     benchmark = load_chance_or_none(benchmark_dir)  # question probabilities only
     result = AnalysisResult([])
-    key_pool: dict[str, str] = {}  # runs share their key_id strings
-    for run in (progress(runs, total=len(runs), desc="runs") if progress else runs):
-        # each file is read once; only the per-case matrix is kept
-        analysis = analyse_run_file(run, n_boot=bootstrap, seed=seed, limit=limit,
-                                    key_pool=key_pool)
+    if all_models:
+        result.out_dir = out_dir = io.all_models_dir(output_dir, oracle_setting)
+    viewer_dir = prepare_viewer_dir(out_dir) if all_models and viewer else None
+    options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
+                          image_max_side=viewer_image_max_side)
+    parts = []
+    # each file is read once: scored, then converted for the viewer (docs/design.md,
+    # "Stage 04 passes"); only the per-case matrix and the viewer's index columns are kept
+    for run, (analysis, part) in zip(runs, run_passes(
+            runs, options, jobs=default_jobs(len(runs)) if jobs is None else jobs,
+            progress=progress), strict=True):
+        parts.append(part)
         result.written.extend(write_model_csvs(analysis.metrics, run.run_dir))
         logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
                     ", ".join(f"{p} {n}" for p, n in analysis.metrics.n_cases.items()),
@@ -135,16 +147,14 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         result.analyses.append(analysis)
     all_metrics = [a.metrics for a in result.analyses]
     if all_models:
-        result.out_dir = out_dir = io.all_models_dir(output_dir, oracle_setting)
         chance = analyse_chance(benchmark, result.analyses)
         result.written.extend(write_all_models_csvs(all_metrics, out_dir))
         result.written.extend(write_extended_csvs(result.analyses, chance, out_dir))
         plots = write_plots(all_metrics, out_dir, oracle_setting, analyses=result.analyses,
                             chance=chance)
         result.written.extend(plots)
-        if viewer:
-            result.viewer = write_viewer(runs, out_dir, system_prompt=system_prompt,
-                                         image_max_side=viewer_image_max_side)
+        if viewer_dir is not None:
+            result.viewer = write_viewer_index(parts, viewer_dir, system_prompt=system_prompt)
             result.written.append(result.viewer)
         note = (f"option counts from {benchmark_dir}/chexpercept.json" if benchmark
                 is not None else f"NA: no valid chexpercept.json in {benchmark_dir}")

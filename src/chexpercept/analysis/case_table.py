@@ -507,8 +507,30 @@ def read_case_table(run_dir: str | Path, name: str, *, limit: int | None = None,
     store = RunStore(run_dir)
     # Validated while scanned (_scan names every bad key_id), not twice.
     data = store.read_results(validate=False, missing_ok=False)
-    path = store.results_path
+    return results_case_table(data, store.results_path, name, limit=limit, key_pool=key_pool)
+
+
+def results_case_table(data: Any, path: str | Path, name: str, *, limit: int | None = None,
+                       key_pool: dict[str, str] | None = None
+                       ) -> tuple[CaseTable, dict[str, str]]:
+    """:func:`read_case_table` of an already parsed ``all_results.json``.
+
+    Stage 04 parses each run once and hands the same object to the viewer first
+    (``viewer.convert_run``, read only) and then here.
+
+    Args:
+        data: The parsed file (key_id -> record); the unfinished cases are removed from it
+            (:func:`split_unfinished`), nothing else is changed.
+        path: The file (named in errors and warnings).
+        name: Run folder name (the table's ``name``).
+        limit: As :func:`read_case_table`.
+        key_pool: As :func:`read_case_table`.
+
+    Returns:
+        ``(table, unfinished)`` as :func:`read_case_table`.
+
+    Raises:
+        SchemaError: On any problem listed by :func:`case_table`.
+    """
     unfinished = split_unfinished(path, data)
-    scan = _scan(data, path, limit)
-    del data  # the parsed file is not needed to build the table
-    return _table(name, scan, key_pool), unfinished
+    return _table(name, _scan(data, path, limit), key_pool), unfinished

@@ -32,6 +32,7 @@ from chexpercept.analysis.case_table import (
     SUB_KEYS,
     CaseTable,
     read_case_table,
+    results_case_table,
     structural,
 )
 from chexpercept.analysis.chance import CHANCE, chance_table
@@ -120,7 +121,8 @@ def warn_incomplete(run: RunRef, table: CaseTable) -> None:
 
 
 def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None = None,
-                     key_pool: dict[str, str] | None = None) -> RunAnalysis:
+                     key_pool: dict[str, str] | None = None,
+                     results: dict[str, Any] | None = None) -> RunAnalysis:
     """Read one run's ``all_results.json`` (once) and derive everything Stage 04 reports.
 
     The file becomes the run's case table (:func:`case_table.read_case_table`, which
@@ -136,6 +138,8 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
         limit: Use only the first ``limit`` finished cases in file order (``--limit``);
             None: all.
         key_pool: Optional dict shared across runs so equal key_ids are stored once.
+        results: The run's ``all_results.json`` when the caller parsed it already (its
+            unfinished cases are removed from it); None reads the file.
 
     Returns:
         The run's :class:`RunAnalysis`.
@@ -145,8 +149,12 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
         SchemaError: On invalid JSON, or naming the file and every key_id whose record
             breaks the schema, cannot be scored or has an unknown status.
     """
-    table, unfinished = read_case_table(run.run_dir, run.name, limit=limit,
-                                        key_pool=key_pool)
+    if results is None:
+        table, unfinished = read_case_table(run.run_dir, run.name, limit=limit,
+                                            key_pool=key_pool)
+    else:
+        table, unfinished = results_case_table(results, run.all_results, run.name, limit=limit,
+                                               key_pool=key_pool)
     warn_incomplete(run, table)
     return RunAnalysis(run, run_metrics(table, run.name), table,
                        cell_stats(table, n_boot=n_boot, seed=seed), unfinished)

@@ -159,46 +159,55 @@ def _manifest(run_dir: Path) -> tuple[dict[str, Any], Path | None]:
 
 
 class _Images:
-    """Turns image paths into URLs relative to the viewer folder (copies them if asked)."""
+    """Turns image paths into URLs relative to the viewer folder (copies them if asked).
+
+    The runs of one benchmark name the same images, so each path is resolved once per process
+    (:func:`_image_url`, cleared by :func:`prepare_viewer_dir`); ``missing`` counts this run's
+    references to missing files.
+    """
 
     def __init__(self, viewer_dir: Path, max_side: int | None, benchmark_dir: Path | None):
         self.viewer_dir = viewer_dir
         self.max_side = max_side
         self.benchmark_dir = benchmark_dir
-        self.done: dict[str, str | None] = {}
         self.missing = 0
-
-    def _resolve(self, text: str) -> Path | None:
-        path = Path(text)
-        if path.is_file():
-            return path.resolve()
-        if self.benchmark_dir is not None:  # bundle moved: retry under the manifest's folder
-            parts = path.parts
-            if "chexpercept" in parts:
-                tail = parts[len(parts) - 1 - parts[::-1].index("chexpercept"):]
-                alt = self.benchmark_dir.joinpath(*tail)
-                if alt.is_file():
-                    return alt.resolve()
-        return None
 
     def url(self, text: str) -> str | None:
         """Relative URL of the image, or None when the file is missing."""
-        if text in self.done:
-            return self.done[text]
-        path = self._resolve(text)
-        url: str | None = None
-        if path is None:
+        url = _image_url(text, self.benchmark_dir, self.viewer_dir, self.max_side)
+        if url is None:
             self.missing += 1
-        elif self.max_side:
-            name = hashlib.sha1(str(path).encode("utf-8")).hexdigest()[:20] + ".jpg"
-            target = self.viewer_dir / "images" / name
-            if not target.is_file():
-                _write_small_copy(path, target, self.max_side)
-            url = f"images/{name}"
-        else:
-            url = urllib.parse.quote(Path(os.path.relpath(path, self.viewer_dir)).as_posix())
-        self.done[text] = url
         return url
+
+
+def _resolve(text: str, benchmark_dir: Path | None) -> Path | None:
+    path = Path(text)
+    if path.is_file():
+        return path.resolve()
+    if benchmark_dir is not None:  # bundle moved: retry under the manifest's folder
+        parts = path.parts
+        if "chexpercept" in parts:
+            tail = parts[len(parts) - 1 - parts[::-1].index("chexpercept"):]
+            alt = benchmark_dir.joinpath(*tail)
+            if alt.is_file():
+                return alt.resolve()
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _image_url(text: str, benchmark_dir: Path | None, viewer_dir: Path,
+               max_side: int | None) -> str | None:
+    """URL of image ``text`` in the viewer (None: missing); copies it with ``max_side``."""
+    path = _resolve(text, benchmark_dir)
+    if path is None:
+        return None
+    if max_side:
+        name = hashlib.sha1(str(path).encode("utf-8")).hexdigest()[:20] + ".jpg"
+        target = viewer_dir / "images" / name
+        if not target.is_file():
+            _write_small_copy(path, target, max_side)
+        return f"images/{name}"
+    return urllib.parse.quote(Path(os.path.relpath(path, viewer_dir)).as_posix())
 
 
 def _write_small_copy(src: Path, target: Path, max_side: int) -> None:
@@ -311,10 +320,67 @@ def _statuses_mask(detail: Mapping[str, Any], record: Mapping[str, Any]) -> int:
     found = {t.get("status") for t in detail["turns"]}
     if found == {None}:  # no records.jsonl: the results' status keys (none in release files)
         for block in _BLOCKS:
-            b = record.get(block) or {}
+            b = record.get(block)
+            if not b or type(b) is not dict:  # parsed JSON: plain dicts only
+                continue
             found.add(b.get("status"))
-            found.update(v.get("status") for v in b.values() if isinstance(v, Mapping))
+            for v in b.values():
+                if type(v) is dict and "status" in v:
+                    found.add(v["status"])
     return sum(1 << i for i, s in enumerate(STATUSES) if s in found)
+
+
+@dataclass
+class ViewerPart:
+    """One run converted for the viewer (:func:`convert_run`); its chunk files are written.
+
+    Attributes:
+        keys: The run's key_ids in file order (position ``p`` is in chunk
+            ``p // chunk_size``).
+        lesions: Lesion of each key ("" for an unknown key_id prefix).
+        paths: ``qa_path`` of each key ("" when absent).
+        values: Per key: (stage codes, depth, status mask, unfinished flag).
+        meta: The run's entry of the index (without ``system_prompt``).
+    """
+
+    keys: list[str]
+    lesions: list[str]
+    paths: list[str]
+    values: list[tuple[str, int, int, int]]
+    meta: dict[str, Any]
+
+
+def prepare_viewer_dir(out_dir: str | Path) -> Path:
+    """Create ``<out_dir>/viewer/data/`` empty of an earlier viewer's chunks and image copies.
+
+    Returns:
+        The ``viewer/`` folder.
+    """
+    viewer_dir = Path(out_dir) / VIEWER_DIR
+    _image_url.cache_clear()  # images may have changed since an earlier viewer
+    for stale in (viewer_dir / "data", viewer_dir / "images"):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+    (viewer_dir / "data").mkdir(parents=True, exist_ok=True)
+    return viewer_dir
+
+
+def read_run_results(run: ViewerRun | RunRef) -> dict[str, Any]:
+    """The parsed ``all_results.json`` of ``run`` (read through its run store, not validated).
+
+    Raises:
+        InputError: If the file is missing or its content is not a JSON object.
+        SchemaError: If it is not valid JSON.
+    """
+    store = RunStore(run.run_dir)
+    path = store.results_path
+    if not path.is_file():
+        raise InputError(f"{path}: no all_results.json (is {run.run_dir} a Stage 03 run "
+                         "folder?)")
+    results = store.read_results(validate=False, missing_ok=False)
+    if not isinstance(results, dict):
+        raise InputError(f"{path}: expected a JSON object keyed by key_id")
+    return results
 
 
 def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
@@ -324,7 +390,10 @@ def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
 
     Cases are listed in the first run's file order, then any case only a later run has.
     Files of an earlier viewer in the folder are replaced (its ``data/`` and ``images/`` are
-    removed first); images are never copied unless ``image_max_side`` is given.
+    removed first); images are never copied unless ``image_max_side`` is given. One run is
+    held in memory at a time. Stage 04 converts each run in the pass that also scores it
+    (:func:`convert_run`, :func:`write_viewer_index`), possibly in worker processes; the
+    folder is byte-identical either way.
 
     Args:
         runs: One or more runs (typically of one benchmark bundle); the first two are shown
@@ -348,100 +417,146 @@ def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
     """
     if not runs:
         raise InputError("the viewer needs at least one run")
-    if chunk_size < 1:
-        raise InputError(f"chunk_size must be at least 1, got {chunk_size}")
-    viewer_runs = [r if isinstance(r, ViewerRun) else ViewerRun.from_ref(r) for r in runs]
-    viewer_dir = Path(out_dir) / VIEWER_DIR
-    data_dir = viewer_dir / "data"
-    for stale in (data_dir, viewer_dir / "images"):  # no chunk or copy of an earlier viewer
-        if stale.is_dir():
-            shutil.rmtree(stale)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    viewer_dir = prepare_viewer_dir(out_dir)
+    parts = [convert_run(r, run, read_run_results(run), viewer_dir,
+                         image_max_side=image_max_side, chunk_size=chunk_size)
+             for r, run in enumerate(runs)]
+    return write_viewer_index(parts, viewer_dir, system_prompt=system_prompt,
+                              chunk_size=chunk_size)
+
+
+def write_viewer_index(parts: Sequence[ViewerPart], viewer_dir: Path, *,
+                       system_prompt: str | None = None, chunk_size: int = CHUNK_SIZE) -> Path:
+    """Merge the runs' parts into ``data/index.js`` and copy the page's static files.
+
+    Rows are the first run's keys in file order, then each later run's new keys. Per run,
+    ``results[r].pos[i]`` is row ``i``'s position in run ``r``'s file (None when the run
+    lacks the case): the page loads chunk ``pos // chunk_size`` (docs/viewer.md, "Files").
+
+    Args:
+        parts: One :class:`ViewerPart` per run, in run order (the run index ``r`` of their
+            chunk files).
+        viewer_dir: The folder made by :func:`prepare_viewer_dir`.
+        system_prompt: As :func:`write_viewer`.
+        chunk_size: The chunk size the parts were written with.
+
+    Returns:
+        The path of ``viewer/index.html``.
+
+    Raises:
+        InputError: If ``parts`` is empty.
+    """
+    if not parts:
+        raise InputError("the viewer needs at least one run")
     prompt_sha = (hashlib.sha256(system_prompt.encode("utf-8")).hexdigest()
                   if system_prompt is not None else None)
-
     order: dict[str, int] = {}  # key_id -> row; first run's file order, then new cases
     lesion_of: list[str] = []
     path_of: list[str] = []
-    index_runs, per_run = [], []
-    for r, run in enumerate(viewer_runs):
-        # one run at a time, each record dropped once converted: peak memory ~ one run
-        values, meta = _write_run(r, run, data_dir, order, lesion_of, path_of,
-                                  _Images(viewer_dir, image_max_side, None), chunk_size)
+    for part in parts:
+        for key, lesion, qa_path in zip(part.keys, part.lesions, part.paths, strict=True):
+            i = order.setdefault(key, len(order))
+            if i == len(lesion_of):
+                lesion_of.append(lesion)
+                path_of.append(qa_path)
+            elif not path_of[i]:
+                path_of[i] = qa_path
+    n = len(order)
+    index_runs, results_index = [], []
+    for part in parts:
+        meta = dict(part.meta)
         sha = meta["manifest"].get("system_prompt_sha256")
         meta["system_prompt"] = system_prompt if sha and sha == prompt_sha else None
         index_runs.append(meta)
-        per_run.append(values)
-    n = len(order)
-    results_index = [{"codes": [v.get(i, (None,))[0] for i in range(n)],
-                      "depth": [v.get(i, (None, None))[1] for i in range(n)],
-                      "status": [v.get(i, (None, None, 0))[2] for i in range(n)],
-                      "unfinished": [v.get(i, (None, None, 0, 0))[3] for i in range(n)]}
-                     for v in per_run]
-    index = {"version": 1, "lesions": list(LESIONS), "paths": list(QA_PATHS),
+        pos: list[int | None] = [None] * n
+        for p, key in enumerate(part.keys):
+            pos[order[key]] = p
+        column: dict[str, list[Any]] = {"codes": [None] * n, "depth": [None] * n,
+                                        "status": [0] * n, "unfinished": [0] * n, "pos": pos}
+        for p, key in enumerate(part.keys):
+            i = order[key]
+            (column["codes"][i], column["depth"][i], column["status"][i],
+             column["unfinished"][i]) = part.values[p]
+        results_index.append(column)
+    index = {"version": 2, "lesions": list(LESIONS), "paths": list(QA_PATHS),
              "statuses": list(STATUSES), "chunk_size": chunk_size, "keys": list(order),
              "lesion": lesion_of, "path": path_of, "runs": index_runs,
              "results": results_index}
-    io.write_text_atomic(data_dir / "index.js",
-                         f"window.CHEX_INDEX = {_dump(index)};\n")
+    data_dir = viewer_dir / "data"
+    io.write_text_atomic(data_dir / "index.js", f"window.CHEX_INDEX = {_dump(index)};\n")
     assets = resources.files("chexpercept.analysis") / "viewer_assets"
     for name in ASSET_FILES:
         io.write_bytes_atomic(viewer_dir / name, (assets / name).read_bytes())
-    logger.info("viewer of %d run(s), %d case(s): %s", len(viewer_runs), len(order),
-                viewer_dir / VIEWER_HTML)
+    logger.info("viewer of %d run(s), %d case(s): %s", len(parts), n, viewer_dir / VIEWER_HTML)
     return viewer_dir / VIEWER_HTML
 
 
-def _write_run(r: int, run: ViewerRun, data_dir: Path, order: dict[str, int],
-               lesion_of: list[str], path_of: list[str], images: _Images, chunk_size: int
-               ) -> tuple[dict[int, tuple[str, int, int, int]], dict[str, Any]]:
-    """Convert run ``r`` and write its chunk files; extend ``order``/``lesion_of``/``path_of``.
+def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], viewer_dir: Path,
+                *, image_max_side: int | None = None, chunk_size: int = CHUNK_SIZE
+                ) -> ViewerPart:
+    """Convert run ``r`` for the viewer and write its chunk files ``data/r<r>_c<c>.js``.
+
+    ``results`` is only read (Stage 04 scores the same parsed file afterwards). Each chunk is
+    written as soon as its last case is converted, so only one chunk's details are held.
+
+    Args:
+        r: The run's index among the viewer's runs.
+        run: The run (its ``records.jsonl`` and manifest are read here).
+        results: Its parsed ``all_results.json`` (:func:`read_run_results`).
+        viewer_dir: The folder made by :func:`prepare_viewer_dir`.
+        image_max_side: As :func:`write_viewer`.
+        chunk_size: Cases per chunk file (>= 1).
 
     Returns:
-        ``(values, meta)``: row -> (stage codes, depth, status mask, unfinished flag) of the
-        run's cases, and the run's entry of the index (without ``system_prompt``).
+        The run's :class:`ViewerPart`.
+
+    Raises:
+        InputError: If ``chunk_size < 1``, an entry is not a JSON object (names the file and
+            key_id), or an image to copy cannot be decoded.
+        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON.
     """
-    store = RunStore(run.run_dir)
-    path = store.results_path
-    if not path.is_file():
-        raise InputError(f"{path}: no all_results.json (is {run.run_dir} a Stage 03 run "
-                         "folder?)")
-    results = store.read_results(validate=False, missing_ok=False)
-    if not isinstance(results, dict):
-        raise InputError(f"{path}: expected a JSON object keyed by key_id")
-    manifest, images.benchmark_dir = _manifest(run.run_dir)
+    if chunk_size < 1:
+        raise InputError(f"chunk_size must be at least 1, got {chunk_size}")
+    if not isinstance(run, ViewerRun):
+        run = ViewerRun.from_ref(run)
+    path = RunStore(run.run_dir).results_path
+    manifest, benchmark_dir = _manifest(run.run_dir)
+    images = _Images(viewer_dir, image_max_side, benchmark_dir)
     records = read_turn_records(run.run_dir)
-    n_cases = len(results)
-    values: dict[int, tuple[str, int, int, int]] = {}
-    chunks: dict[int, dict[str, Any]] = {}
-    for key in list(results):
-        record = results.pop(key)  # the parsed record is freed once converted
-        if not isinstance(record, Mapping):
+    data_dir = viewer_dir / "data"
+    part = ViewerPart([], [], [], [], {})
+    chunk: dict[str, Any] = {}
+    for p, (key, record) in enumerate(results.items()):
+        if not isinstance(record, dict):
             raise InputError(f"{path}: entry '{key}' is not a JSON object")
         key = str(key)
-        i = order.setdefault(key, len(order))
-        if i == len(lesion_of):
-            lesion_of.append(lesion_from_key_id(key) if _known_lesion(key) else "")
-            path_of.append("")
+        lesion = lesion_from_key_id(key) if _known_lesion(key) else ""
         qa_path = str(record.get("qa_path", ""))
-        if not path_of[i]:
-            path_of[i] = qa_path
-        codes, depth = _stage_codes(record, lesion_of[i] or LESIONS[0], qa_path)
+        codes, depth = _stage_codes(record, lesion or LESIONS[0], qa_path)
         detail = _case_detail(record, key, records, images)
-        values[i] = (codes, depth, _statuses_mask(detail, record),
-                     1 if "unfinished" in detail else 0)
-        chunks.setdefault(i // chunk_size, {})[key] = detail
-    del results, records
-    for c in sorted(chunks):
-        io.write_text_atomic(data_dir / f"r{r}_c{c}.js",
-                             f"window.chexChunk({r},{c},{_dump(chunks.pop(c))});\n")
+        part.keys.append(key)
+        part.lesions.append(lesion)
+        part.paths.append(qa_path)
+        part.values.append((codes, depth, _statuses_mask(detail, record),
+                            1 if "unfinished" in detail else 0))
+        chunk[key] = detail
+        if (p + 1) % chunk_size == 0:
+            _write_chunk(data_dir, r, p // chunk_size, chunk)
+            chunk = {}
+    if chunk:
+        _write_chunk(data_dir, r, (len(part.keys) - 1) // chunk_size, chunk)
     if images.missing:
         logger.warning("%s: %d image(s) named in chat_history are missing; the viewer shows "
                        "their names only", run.label, images.missing)
-    meta = {"name": run.name, "label": run.label, "oracle_setting": run.oracle_setting,
-            "manifest": manifest, "n_cases": n_cases, "missing_images": images.missing,
-            "chunks": sorted({i // chunk_size for i in values})}
-    return values, meta
+    part.meta = {"name": run.name, "label": run.label, "oracle_setting": run.oracle_setting,
+                 "manifest": manifest, "n_cases": len(part.keys),
+                 "missing_images": images.missing,
+                 "chunks": list(range(-(-len(part.keys) // chunk_size)))}
+    return part
+
+
+def _write_chunk(data_dir: Path, r: int, c: int, chunk: Mapping[str, Any]) -> None:
+    io.write_text_atomic(data_dir / f"r{r}_c{c}.js", f"window.chexChunk({r},{c},{_dump(chunk)});\n")
 
 
 def _known_lesion(key_id: str) -> bool:

@@ -66,7 +66,10 @@
     }
     return loading[id];
   }
-  function loadCase(r, i) { return loadChunk(r, Math.floor(i / IDX.chunk_size)); }
+  function loadCase(r, i) {  // the case's position in run r's file picks its chunk
+    const p = IDX.results[r].pos[i];
+    return p === null ? Promise.resolve() : loadChunk(r, Math.floor(p / IDX.chunk_size));
+  }
   function loadAll(r) { return Promise.all(IDX.runs[r].chunks.map((c) => loadChunk(r, c))); }
 
   // ---- per-case predicates -----------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Stage 04: one pass per run (parse once, score, convert for the viewer), over worker processes.
+
+Each run's ``all_results.json`` is parsed once: the parsed object is scored
+(:func:`extended.analyse_run_file`, on a shallow copy, so its schema errors, which name every bad
+key_id, come first) and then converted for the case viewer (:func:`viewer.convert_run`, which
+writes the run's chunk files). Runs are independent, so with ``jobs > 1`` they are spread over
+worker processes (docs/design.md, "Stage 04 passes"); results come back in run order and every
+file written is byte-identical to a one-process run, whatever ``jobs`` is.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from itertools import repeat
+from pathlib import Path
+from typing import Any
+
+from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
+from chexpercept.analysis.runs import RunRef
+from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
+from chexpercept.errors import InputError
+from chexpercept.run_store import RunStore
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """What each run's pass does.
+
+    Attributes:
+        n_boot: Bootstrap resamples (0: no CIs).
+        seed: Bootstrap seed (the same for every run, as in a one-process run).
+        limit: Score only the first ``limit`` finished cases (``--limit``); None: all.
+        viewer_dir: The viewer folder (``viewer.prepare_viewer_dir``); None: no viewer.
+        image_max_side: Copy images into the viewer (``--copy-images``); None: link them.
+        chunk_size: Cases per viewer chunk file.
+    """
+
+    n_boot: int
+    seed: int
+    limit: int | None = None
+    viewer_dir: Path | None = None
+    image_max_side: int | None = None
+    chunk_size: int = CHUNK_SIZE
+
+
+def default_jobs(n_runs: int) -> int:
+    """Worker processes for ``n_runs`` runs: the CPUs this process may use, at most one per run."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, n_runs))
+
+
+def run_pass(r: int, run: RunRef, options: PassOptions,
+             key_pool: dict[str, str] | None = None) -> tuple[RunAnalysis, ViewerPart | None]:
+    """Score run ``r`` and (with a viewer folder) write its viewer chunks, parsing its file once.
+
+    Returns:
+        ``(analysis, part)``: the run's :class:`RunAnalysis` and its viewer part (None
+        without a viewer folder).
+
+    Raises:
+        InputError: If the run has no ``all_results.json``.
+        SchemaError: As :func:`extended.analyse_run_file` (invalid JSON, or naming every bad
+            key_id), or from the viewer's ``records.jsonl``.
+    """
+    data = RunStore(run.run_dir).read_results(validate=False, missing_ok=False)
+    scored = dict(data) if isinstance(data, dict) else data  # scoring drops unfinished cases
+    analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
+                                limit=options.limit, key_pool=key_pool, results=scored)
+    del scored
+    part = None
+    if options.viewer_dir is not None:
+        part = convert_run(r, run, data, options.viewer_dir,
+                           image_max_side=options.image_max_side,
+                           chunk_size=options.chunk_size)
+    return analysis, part
+
+
+def run_passes(runs: Sequence[RunRef], options: PassOptions, *, jobs: int = 1,
+               progress: Callable[..., Iterable[Any]] | None = None
+               ) -> Iterator[tuple[RunAnalysis, ViewerPart | None]]:
+    """:func:`run_pass` of every run, in run order, over ``jobs`` worker processes.
+
+    With ``jobs`` 1 (or one run) everything runs in this process and key_id strings are shared
+    between the runs' tables. Workers are forked where the platform allows it (no re-import),
+    else spawned; each holds one run at a time.
+
+    Args:
+        runs: The runs, in report order.
+        options: The pass settings.
+        jobs: Worker processes (>= 1; ``--jobs``).
+        progress: Optional wrapper of the iteration (``utils.cli.progress``).
+
+    Yields:
+        ``(analysis, part)`` per run, in run order.
+
+    Raises:
+        InputError: If ``jobs < 1``.
+        SchemaError: As :func:`run_pass`, for the first run (in run order) that fails.
+    """
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, got {jobs}")
+    jobs = min(jobs, len(runs))
+    if jobs <= 1:
+        key_pool: dict[str, str] = {}
+        results: Iterable[Any] = (run_pass(r, run, options, key_pool)
+                                  for r, run in enumerate(runs))
+        yield from (progress(results, total=len(runs), desc="runs") if progress else results)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=jobs,
+                             mp_context=multiprocessing.get_context(method)) as pool:
+        results = pool.map(run_pass, range(len(runs)), runs, repeat(options))
+        yield from (progress(results, total=len(runs), desc="runs") if progress else results)
