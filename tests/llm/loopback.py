@@ -8,7 +8,13 @@ Standard library only (``http.server`` in a thread, HTTP/1.1 keep-alive). It ans
 - a scripted action, if any is queued (:meth:`LoopbackServer.push`), else the defaults;
 - ``latency_s`` (+ ``U(0, jitter_s)``) before answering;
 - with probability ``fault_rate`` a fault: 429 with ``Retry-After`` (half) or 500 (half);
+- with ``quota_after`` N, the first N requests are answered and every later one gets OpenAI's
+  exhausted-quota reply (429 ``insufficient_quota``, :data:`QUOTA_EXHAUSTED`); set
+  ``server.quota_after = None`` to answer again;
 - the answer text from ``answer(body)`` (default ``Answer: 1``), with usage counts.
+
+``seen`` is the request log: every request in arrival order with its body and the status it was
+answered with (``t_answered``: when the reply was decided, ``time.monotonic()``).
 
 Action keys: ``status`` (HTTP status; a JSON error body is sent), ``headers`` (extra response
 headers), ``error_code`` (``error.code`` of the body), ``error_message`` (its
@@ -57,6 +63,7 @@ class Seen:
     status: int = 200
     auth: str = ""
     raw: bytes = b""
+    t_answered: float | None = None
 
 
 @dataclass
@@ -67,6 +74,13 @@ class Stats:
     in_flight: int = 0
     max_in_flight: int = 0
     chat_requests: int = 0
+
+
+#: OpenAI's reply to a key whose quota is spent (the action of ``quota_after``).
+QUOTA_EXHAUSTED: dict[str, Any] = {
+    "status": 429, "error_code": "insufficient_quota",
+    "error_message": "You exceeded your current quota, please check your plan and billing "
+                     "details."}
 
 
 def default_answer(body: dict[str, Any]) -> str:
@@ -92,6 +106,9 @@ class LoopbackServer:
         respond: Chooses the action of a chat request from its parsed body (None: the
             defaults); scripted actions (:meth:`push`) come first. Lets a test fault one
             case's turn whatever the arrival order.
+        quota_after: Answer this many chat requests (those given the default behaviour, in
+            arrival order), then reply :data:`QUOTA_EXHAUSTED` to every later one; None: no
+            quota. An attribute: set it to None to answer again.
     """
 
     def __init__(self, *, latency_s: float = 0.0, jitter_s: float = 0.0,
@@ -99,10 +116,13 @@ class LoopbackServer:
                  answer: Callable[[dict[str, Any]], str] = default_answer, seed: int = 0,
                  keep_bodies: bool = True, models: list[str] | None = None,
                  max_model_len: int = 32768, port: int = 0,
-                 respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
-                 ) -> None:
+                 respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+                 quota_after: int | None = None) -> None:
         self.models = models
         self.respond = respond
+        self.quota_after = quota_after
+        #: Requests answered under ``quota_after`` so far.
+        self.quota_used = 0
         self.max_model_len = max_model_len
         #: ``POST /tokenize`` requests seen (answered 404, as servers other than vLLM do).
         self.tokenize_requests = 0
@@ -196,6 +216,8 @@ class LoopbackServer:
                 chosen = self.respond(body or {})
                 if chosen is not None:
                     return chosen
+            if self.quota_after is not None and self.quota_used >= self.quota_after:
+                return dict(QUOTA_EXHAUSTED)
             delay = self.latency_s
             if self.jitter_s:
                 delay += float(self._rng.uniform(0, self.jitter_s))
@@ -205,6 +227,8 @@ class LoopbackServer:
                     action.update(status=429, headers={"Retry-After": self.retry_after})
                 else:
                     action.update(status=500)
+            elif self.quota_after is not None:
+                self.quota_used += 1
             return action
 
 
@@ -310,7 +334,7 @@ class _AsyncHandler(asyncio.Protocol):
                 raw_length: int, close: bool) -> None:
         server = self.server
         status = int(action.get("status", 200))
-        seen.status = status
+        seen.status, seen.t_answered = status, time.monotonic()
         with server._lock:
             server.stats.by_status[status] += 1
             server.stats.in_flight -= 1
@@ -412,7 +436,7 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 if action.get("delay_s"):
                     time.sleep(action["delay_s"])
                 status = int(action.get("status", 200))
-                seen.status = status
+                seen.status, seen.t_answered = status, time.monotonic()
                 with server._lock:
                     server.stats.by_status[status] += 1
                     # done before the answer is written: a client's next request can only
@@ -449,13 +473,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--retry-after", default="0.05")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quota-after", type=int, default=None,
+                        help="answer N requests, then reply 429 insufficient_quota")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
     parser.add_argument("--threaded", action="store_true",
                         help="serve with the threaded http.server instead of asyncio")
     args = parser.parse_args(argv)
     server = LoopbackServer(latency_s=args.latency, jitter_s=args.jitter,
                             fault_rate=args.fault_rate, retry_after=args.retry_after,
-                            seed=args.seed, keep_bodies=False, port=args.port)
+                            seed=args.seed, keep_bodies=False, port=args.port,
+                            quota_after=args.quota_after)
     try:
         if args.threaded:
             server.start()

@@ -3,7 +3,9 @@
 A subclass supplies one synchronous and one asynchronous SDK call, a response converter and an
 error classifier; this base wraps them in :class:`~utils.llm.retry.Retrier`, times them and turns
 a request that failed for good into a recorded completion status (never an exception), while
-fatal errors (auth, bad request) raise :class:`~utils.errors.ProviderError`.
+fatal errors (auth, bad request) raise :class:`~utils.errors.ProviderError`. A fatal error in a
+batch of the synchronous :meth:`ApiChatModel.generate` stops the batch without throwing away
+what the server already answered: see :class:`~utils.llm.retry.BatchStopped`.
 """
 
 from __future__ import annotations
@@ -14,14 +16,24 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from utils.errors import ConfigError, ProviderError
 from utils.llm import _images
 from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest
-from utils.llm.retry import Failure, RequestFailed, Retrier, RetriesExhausted, RetryPolicy
+from utils.llm.retry import (
+    DRAIN_S,
+    BatchStopped,
+    Failure,
+    RequestFailed,
+    Retrier,
+    RetriesExhausted,
+    RetryPolicy,
+    RunStopped,
+    StopSignal,
+)
 from utils.llm.settings import ApiConfig
 
 logger = logging.getLogger(__name__)
@@ -157,6 +169,9 @@ class ApiChatModel(ChatModel):
     """
 
     supports_async = True
+    #: Most seconds a stopped batch of :meth:`generate` waits for its requests in flight
+    #: (docs/engines.md, "Faults").
+    drain_s: float = DRAIN_S
 
     def __init__(self, model: str, config: ApiConfig, *,
                  retry_policy: RetryPolicy | None = None) -> None:
@@ -243,8 +258,13 @@ class ApiChatModel(ChatModel):
         completion.latency_s = time.perf_counter() - started
         return completion
 
-    def generate_one(self, request: TurnRequest) -> Completion:
+    def generate_one(self, request: TurnRequest, *,
+                     stop: StopSignal | None = None) -> Completion:
         """Answer one request synchronously, with retries (latency includes backoff).
+
+        Args:
+            request: The request.
+            stop: The batch's stop signal (no attempt starts after it is set).
 
         Returns:
             The completion; status ``fault`` when the retries ran out (no answer).
@@ -252,11 +272,12 @@ class ApiChatModel(ChatModel):
         Raises:
             ProviderError: On a fatal error (auth, quota, unknown model, a first turn over
                 the context).
+            RunStopped: When ``stop`` was set before one of its attempts.
         """
         started = time.perf_counter()
         try:
             response, attempts = self.retrier.call(lambda: self._attempt(request),
-                                                   request_id=request.request_id)
+                                                   request_id=request.request_id, stop=stop)
         except RequestFailed as exc:
             return self._failed(exc, started, request)
         except RetriesExhausted as exc:
@@ -266,20 +287,71 @@ class ApiChatModel(ChatModel):
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer a batch with up to ``concurrency`` threads; one completion per request.
 
+        On a fatal error no request is sent any more (retries included: a request in backoff
+        gives up), the requests in flight are awaited for at most :attr:`drain_s` seconds, and
+        :class:`~utils.llm.retry.BatchStopped` carries every completion that arrived, so the
+        runner records them (docs/engines.md, "Faults"). A request still running at the bound
+        is abandoned: its thread ends within the request timeout and its result is dropped.
+
         Raises:
-            ProviderError: On a fatal error (auth, bad request); the batch stops.
+            BatchStopped: On a fatal error (auth, quota, unknown model, a first turn over the
+                context); its message is the cause's.
         """
         if len(requests) <= 1 or self.concurrency == 1:
-            return [self.generate_one(r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)),
-                                thread_name_prefix=f"{self.provider}-call") as pool:
-            futures = [pool.submit(self.generate_one, r) for r in requests]
-            try:
+            done: dict[int, Completion] = {}
+            for index, request in enumerate(requests):
+                try:
+                    done[index] = self.generate_one(request)
+                except ProviderError as exc:  # the rest were never sent
+                    raise BatchStopped(exc, done, abandoned=0) from exc
+            return [done[i] for i in range(len(requests))]
+        stop = StopSignal()
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)),
+                                  thread_name_prefix=f"{self.provider}-call")
+        try:
+            futures = [pool.submit(self.generate_one, r, stop=stop) for r in requests]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in futures if f.done() and f.exception() is not None]
+            if not failed:
                 return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+            stop.set()
+            for future in futures:
+                future.cancel()  # not started: never sent
+            cause = failed[0].exception()
+            if not isinstance(cause, ProviderError):
+                raise cause  # a bug: raised at once
+            raise self._stopped(cause, failed[0], futures) from cause
+        finally:
+            stop.set()  # also on an interrupt: nothing more is sent (a no-op once all are done)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _stopped(self, cause: ProviderError, first: Future,
+                 futures: list[Future]) -> BatchStopped:
+        """Await the batch's requests in flight (:attr:`drain_s`) and report what arrived."""
+        started = [f for f in futures if f is not first and not f.cancelled()]
+        if started:
+            logger.warning("%s: a fatal error stops the batch: waiting up to %g s for the %d "
+                           "request(s) in flight (answers that arrive are returned)",
+                           self.provider, self.drain_s, len(started))
+        arrived, late = wait(started, timeout=self.drain_s)
+        completions: dict[int, Completion] = {}
+        abandoned = len(late)
+        for index, future in enumerate(futures):
+            if future not in arrived:
+                continue
+            exc = future.exception()
+            if exc is None:
+                completions[index] = future.result()
+            elif isinstance(exc, RunStopped):
+                if exc.attempts:  # it had been sent (a retry given up), else never sent
+                    abandoned += 1
+            elif isinstance(exc, ProviderError):
+                abandoned += 1
+            else:
+                logger.error("%s: a request in flight at the stop failed: %r", self.provider,
+                             exc)
+                abandoned += 1
+        return BatchStopped(cause, completions, abandoned)
 
     async def agenerate(self, request: TurnRequest) -> Completion:
         """Answer one request on the running event loop, with retries.

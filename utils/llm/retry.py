@@ -32,6 +32,14 @@ one. The runner keeps that case unfinished and a re-run asks the turn again (doc
 "Faults").
 :class:`RequestFailed` carries a ``request`` failure (and the attempt count); providers turn it
 into a recorded completion status.
+
+When a fatal error stops a run, a :class:`StopSignal` is set: no request starts another attempt
+after it (a retry is a new request), a backoff sleep ends at once and its request raises
+:class:`RunStopped` (no answer, nothing recorded), while attempts already sent are awaited for at
+most :data:`DRAIN_S` seconds so that answers already paid for are recorded
+(docs/engines.md, "Faults"). The async runner sets :data:`CURRENT_STOP` for its tasks; the
+synchronous ``generate`` of the API providers passes its own signal to :meth:`Retrier.call` and
+reports what arrived in :class:`BatchStopped`.
 """
 
 from __future__ import annotations
@@ -43,14 +51,18 @@ import datetime
 import email.utils
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
 
 from utils.errors import ProviderError
+
+if TYPE_CHECKING:
+    from utils.llm.base import Completion
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +76,10 @@ RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504,
 RETRY_AFTER_JITTER = 0.1
 #: Most seconds a retry woken by a recovered server waits before it is sent (spreads them).
 RECOVERY_JITTER_S = 0.5
+#: Most seconds a stopping run waits for the requests in flight (docs/engines.md, "Faults"):
+#: the default per-attempt timeout (``--request-timeout``, 600 s), so an attempt sent before the
+#: stop answers or times out within it (a stopped run starts no further attempt).
+DRAIN_S = 600.0
 #: HTTP statuses that stop the run: credentials or a request every case would repeat.
 FATAL_STATUS: frozenset[int] = frozenset({400, 401, 403, 404, 422})
 
@@ -145,6 +161,110 @@ class RequestFailed(Exception):  # noqa: N818 - it is a control-flow result, not
         self.exhausted = exhausted
 
 
+class RunStopped(ProviderError):
+    """The run stopped (a fatal error of another request) before this request's next attempt.
+
+    Neither an answer nor a fault of this turn: nothing is recorded, and a re-run asks the turn
+    again (docs/engines.md, "Faults").
+
+    Attributes:
+        attempts: Attempts this request had sent before the stop (0: it was never sent).
+    """
+
+    def __init__(self, request_id: str, attempts: int) -> None:
+        super().__init__(f"request {request_id or '?'} not sent again: the run stopped "
+                         f"(after {attempts} attempt(s))")
+        self.attempts = attempts
+
+
+class BatchStopped(ProviderError):
+    """A fatal error stopped a batch of the synchronous ``generate``; carries what did arrive.
+
+    The protocol of a stopped batch (docs/engines.md, "Faults"): ``str()`` is the cause's
+    message; ``completions`` holds, by request index, every completion that arrived before the
+    stop or within :data:`DRAIN_S` seconds after it (answers, request-level ``error`` /
+    ``refused`` / ``blocked`` outcomes, and ``fault`` completions whose retries ran out);
+    ``abandoned`` counts the requests that had been sent but got no completion (a fatal error of
+    their own, stopped in backoff, or still in flight at the bound). Requests never sent are in
+    neither. The runner records ``completions`` exactly as those of a batch that finished, then
+    raises the cause.
+
+    Attributes:
+        cause: The fatal error that stopped the batch.
+        completions: Request index (0-based, in the batch's order) -> its completion.
+        abandoned: Requests sent that got no completion.
+    """
+
+    def __init__(self, cause: ProviderError, completions: Mapping[int, Completion],
+                 abandoned: int) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.completions = dict(completions)
+        self.abandoned = abandoned
+
+
+class StopSignal:
+    """Set once when a fatal error stops the run; thread-safe.
+
+    After :meth:`set`, :meth:`check` raises :class:`RunStopped` (the retriers call it before
+    every attempt) and every backoff sleep waiting on the signal ends at once: no request is
+    sent after a fatal stop, retries included.
+    """
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._lock = threading.Lock()
+        self._event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def set(self) -> None:
+        """Stop: no further attempt; wake the sleeping retries."""
+        with self._lock:
+            self._flag.set()
+            event, loop = self._event, self._loop
+        if event is None or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
+
+    def is_set(self) -> bool:
+        """Whether the run stopped."""
+        return self._flag.is_set()
+
+    def check(self, request_id: str, attempts: int) -> None:
+        """Raise :class:`RunStopped` when the run stopped.
+
+        Args:
+            request_id: The request, for the message.
+            attempts: Attempts it has sent so far.
+
+        Raises:
+            RunStopped: After :meth:`set`.
+        """
+        if self._flag.is_set():
+            raise RunStopped(request_id, attempts)
+
+    def sleep(self, delay_s: float) -> None:
+        """Sleep ``delay_s`` seconds in this thread, or less when the signal is set."""
+        self._flag.wait(delay_s)
+
+    def event(self) -> asyncio.Event:
+        """An ``asyncio.Event`` of the running loop, set when the signal is."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._event is None or self._loop is not loop:
+                self._event, self._loop = asyncio.Event(), loop
+                if self._flag.is_set():
+                    self._event.set()
+            return self._event
+
+
 @dataclass
 class RetryStats:
     """Counters kept by a provider (read by the runner's heartbeat and the benchmark).
@@ -193,26 +313,46 @@ class InFlightSlot:
 #: The in-flight slot of the running task (set by the async runner; None elsewhere).
 CURRENT_SLOT: contextvars.ContextVar[InFlightSlot | None] = contextvars.ContextVar(
     "chexpercept_in_flight_slot", default=None)
+#: The stop signal of the running task's run (set by the async runner; None elsewhere).
+CURRENT_STOP: contextvars.ContextVar[StopSignal | None] = contextvars.ContextVar(
+    "chexpercept_stop_signal", default=None)
 
 
-async def _wait(delay_s: float, wake: asyncio.Event | None) -> None:
-    """Sleep ``delay_s`` seconds, or less when ``wake`` is set first."""
-    if wake is None:
+async def _wait(delay_s: float, *events: asyncio.Event | None) -> None:
+    """Sleep ``delay_s`` seconds, or less when one of ``events`` is set first."""
+    waits = [e for e in events if e is not None]
+    if not waits:
         await asyncio.sleep(delay_s)
         return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.wait(), delay_s)
+    if len(waits) == 1:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waits[0].wait(), delay_s)
+        return
+    waiters = [asyncio.ensure_future(e.wait()) for e in waits]
+    try:
+        await asyncio.wait(waiters, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def backoff_sleep(delay_s: float, wake: asyncio.Event | None = None) -> None:
-    """Sleep ``delay_s`` seconds (or until ``wake`` is set), the in-flight slot handed back."""
+    """Sleep ``delay_s`` seconds (or until ``wake`` is set), the in-flight slot handed back.
+
+    Ends at once when the run stops (:data:`CURRENT_STOP`), and then does not take the slot
+    again: the retry that follows would be a new request (:meth:`Retrier.acall` raises
+    :class:`RunStopped` instead).
+    """
+    stop = CURRENT_STOP.get()
+    stopped = stop.event() if stop is not None else None
     slot = CURRENT_SLOT.get()
     if slot is None or not slot.held:
-        await _wait(delay_s, wake)
+        await _wait(delay_s, wake, stopped)
         return
     slot.release()
-    await _wait(delay_s, wake)
-    await slot.acquire()
+    await _wait(delay_s, wake, stopped)
+    if stop is None or not stop.is_set():
+        await slot.acquire()
 
 
 def _seconds(text: str | None, per_second: float) -> float | None:
@@ -375,8 +515,16 @@ class Retrier:
         return delay, down
 
     def call(self, fn: Callable[[], T], *, request_id: str = "",
-             sleep: Callable[[float], None] = time.sleep) -> tuple[T, int]:
+             sleep: Callable[[float], None] | None = None,
+             stop: StopSignal | None = None) -> tuple[T, int]:
         """Call ``fn()`` until it succeeds.
+
+        Args:
+            fn: One attempt.
+            request_id: The request, for messages.
+            sleep: Backoff sleep (default: ``time.sleep``, or ``stop.sleep`` with ``stop``).
+            stop: The batch's stop signal: checked before every attempt, and it ends a backoff
+                sleep at once.
 
         Returns:
             ``(result, attempts)``.
@@ -385,9 +533,14 @@ class Retrier:
             ProviderError: On a fatal failure.
             RequestFailed: On a ``request`` failure.
             RetriesExhausted: When the retries run out.
+            RunStopped: When ``stop`` is set before an attempt.
         """
+        if sleep is None:
+            sleep = stop.sleep if stop is not None else time.sleep
         attempt = 0
         while True:
+            if stop is not None:
+                stop.check(request_id, attempt)
             attempt += 1
             self.stats.attempts += 1
             try:
@@ -406,9 +559,18 @@ class Retrier:
         this provider succeeds, plus up to :data:`RECOVERY_JITTER_S` so the woken retries do
         not arrive at once: the backoff of a long outage would otherwise keep cases waiting
         for tens of seconds after the server is back (benchmarks/bench_faults.py).
+
+        Raises:
+            ProviderError: On a fatal failure.
+            RequestFailed: On a ``request`` failure.
+            RetriesExhausted: When the retries run out.
+            RunStopped: When the run stopped (:data:`CURRENT_STOP`) before an attempt.
         """
+        stop = CURRENT_STOP.get()
         attempt = 0
         while True:
+            if stop is not None:
+                stop.check(request_id, attempt)
             attempt += 1
             self.stats.attempts += 1
             try:

@@ -33,8 +33,15 @@ both are restored afterwards. With the defaults, collections took ~1.6 s of a 30
 A turn that got no answer (a ``fault`` completion: the retries ran out) is logged to
 ``faults.jsonl`` and its case is parked, unfinished, for the rest of the invocation; the other
 cases go on. A provider's ``ProviderError`` (auth, quota, unknown model), or too many faults in a
-row (:class:`~chexpercept.evaluation.session.FaultBreaker`), stops the run: in-flight requests
-are cancelled, recorded turns stay, and a re-run resumes.
+row (:class:`~chexpercept.evaluation.session.FaultBreaker`), stops the run, draining it
+(docs/engines.md, "Faults"): the run's :class:`~utils.llm.retry.StopSignal` is set, so no
+request is sent after the error (a case waiting for a permit sends nothing, a retry in backoff
+gives up with :class:`~utils.llm.retry.RunStopped`); the requests in flight are awaited for at
+most ``drain_s`` seconds (:data:`utils.llm.retry.DRAIN_S`) and every completion that arrives is
+recorded as in a run that goes on; those still in flight at the bound are cancelled and their
+answers, should they come, are never recorded. Recorded turns stay, the error names how many
+answers the drain recorded and abandoned, and a re-run resumes. Any other exception (a bug, an
+interrupt) cancels the requests in flight at once.
 """
 
 from __future__ import annotations
@@ -49,10 +56,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chexpercept.errors import ConfigError
+from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.cases import Bundle, EvalCase
 from chexpercept.evaluation.session import (
     CaseState,
+    Drain,
     EvalSettings,
     RunSession,
     RunSummary,
@@ -61,7 +69,14 @@ from chexpercept.evaluation.session import (
 )
 from chexpercept.run_store import FSYNC_EVERY, FSYNC_INTERVAL_S
 from utils.llm.base import ChatModel
-from utils.llm.retry import CURRENT_SLOT, InFlightSlot
+from utils.llm.retry import (
+    CURRENT_SLOT,
+    CURRENT_STOP,
+    DRAIN_S,
+    InFlightSlot,
+    RunStopped,
+    StopSignal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,14 +181,22 @@ class Scheduler:
         model: The provider.
         concurrency: Most requests in flight.
         checkpoints: When to rewrite ``all_results.json``.
+        drain_s: Most seconds a fatal stop waits for the requests in flight.
+
+    Attributes:
+        stop: Set when a fatal error stops the run (no request is sent after it).
+        drain: What became of the requests in flight at the stop.
     """
 
     def __init__(self, session: RunSession, model: ChatModel, concurrency: int,
-                 checkpoints: Checkpointer) -> None:
+                 checkpoints: Checkpointer, drain_s: float = DRAIN_S) -> None:
         self.session = session
         self.model = model
         self.concurrency = concurrency
         self.checkpoints = checkpoints
+        self.drain_s = drain_s
+        self.stop = StopSignal()
+        self.drain = Drain()
         self.stats = SchedulerStats()
         self._last_beat = self.stats.started
         # longest remaining path first (stable: selection order among equals), so the run ends
@@ -183,21 +206,49 @@ class Scheduler:
         self._position = 0
 
     async def _ask(self, state: CaseState, slot: InFlightSlot) -> None:
-        """Ask one turn of ``state`` and hand the completion to the session."""
+        """Ask one turn of ``state`` and hand the completion to the session.
+
+        Raises:
+            ProviderError: The error that stops the run (the first fatal one, or the fault
+                breaker's); :attr:`stop` is set before it propagates. Once stopping, a request's
+                own error or cancellation counts as abandoned in :attr:`drain`.
+        """
         stats = self.stats
         prep = state.dialogue.prepare()
         await slot.acquire()
+        if self.stop.is_set():  # the run stopped while this case waited: nothing is sent
+            slot.release()
+            return
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         try:
             completion = await self.model.agenerate(prep.request)
+        except ProviderError as exc:
+            if not self.stop.is_set():
+                self.stop.set()  # the first fatal error: nothing is sent after it
+                raise
+            if not isinstance(exc, RunStopped) or exc.attempts:
+                self.drain.abandoned += 1
+            logger.debug("%s: no answer while stopping: %s", prep.request.request_id, exc)
+            return
+        except asyncio.CancelledError:
+            if self.stop.is_set():  # still in flight at the drain's bound
+                self.drain.abandoned += 1
+            raise
         finally:
             stats.in_flight -= 1
             slot.release()
         stats.requests += 1
         stats.attempts += completion.attempts
         stats.statuses[completion.status] += 1
-        answered = self.session.finish(state, prep, completion, completion.latency_s)
+        if self.stop.is_set():  # arrived while stopping: recorded all the same
+            self.drain.finish(self.session, state, prep, completion, completion.latency_s)
+            return
+        try:
+            answered = self.session.finish(state, prep, completion, completion.latency_s)
+        except ProviderError:  # the fault breaker stops the run
+            self.stop.set()
+            raise
         if answered and state.dialogue.finished:
             encode_results(self.session.store.results_path, (state,), self.session.settings.model)
             self.checkpoints.case_finished()
@@ -209,20 +260,52 @@ class Scheduler:
     async def _worker(self) -> None:
         slot = InFlightSlot(self._semaphore)
         CURRENT_SLOT.set(slot)  # this task's context only: retries free it while backing off
-        while self._position < len(self.queue):
+        CURRENT_STOP.set(self.stop)  # and give up when the run stops
+        while self._position < len(self.queue) and not self.stop.is_set():
             state = self.queue[self._position]
             self._position += 1
-            while state.runnable:  # a fault parks the case for the rest of the invocation
+            # a fault parks the case for the rest of the invocation
+            while state.runnable and not self.stop.is_set():
                 await self._ask(state, slot)
 
+    async def _drain(self, tasks: list[asyncio.Task]) -> None:
+        """Await the requests in flight for at most :attr:`drain_s` s; cancel the rest."""
+        pending = [t for t in tasks if not t.done()]
+        try:
+            if pending:
+                logger.warning("a fatal error stops the run: waiting up to %g s for the %d "
+                               "request(s) in flight (answers that arrive are recorded)",
+                               self.drain_s, self.stats.in_flight)
+                _, late = await asyncio.wait(pending, timeout=self.drain_s)
+                for task in late:
+                    task.cancel()
+        finally:  # an interrupt while waiting cancels everything
+            for task in tasks:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, ProviderError):
+                logger.error("a request in flight at the stop failed: %r", result,
+                             exc_info=result)
+
     async def run(self) -> SchedulerStats:
-        """Run every queued case; cancels the rest when one raises."""
+        """Run every queued case; drains on a fatal error, cancels the rest on any other.
+
+        Raises:
+            ProviderError: The error that stopped the run, after the drain (see the module
+                docstring); the message counts the answers recorded and abandoned.
+        """
         self._semaphore = asyncio.Semaphore(self.concurrency)
         tasks = [asyncio.create_task(self._worker())
                  for _ in range(min(2 * self.concurrency, len(self.queue)))]
         try:
             await asyncio.gather(*tasks)
+        except ProviderError as exc:
+            self.stop.set()
+            await self._drain(tasks)
+            raise self.drain.error(exc)  # noqa: B904 - its __cause__ is exc
         except BaseException:
+            self.stop.set()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -238,7 +321,8 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
                          concurrency: int = DEFAULT_CONCURRENCY, overwrite: bool = False,
                          checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
                          fsync_every: int = FSYNC_EVERY,
-                         fsync_interval_s: float = FSYNC_INTERVAL_S) -> RunSummary:
+                         fsync_interval_s: float = FSYNC_INTERVAL_S,
+                         drain_s: float = DRAIN_S) -> RunSummary:
     """Run (or resume) the evaluation of ``cases`` as concurrent per-case pipelines.
 
     Same outputs, resume and manifest semantics as
@@ -256,13 +340,17 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
         checkpoint_interval_s: Least seconds between two ``all_results.json`` rewrites.
         fsync_every: Records between two fsyncs of ``records.jsonl``.
         fsync_interval_s: Seconds between two fsyncs of ``records.jsonl``.
+        drain_s: Most seconds a fatal stop waits for the requests in flight (default
+            :data:`utils.llm.retry.DRAIN_S`; docs/engines.md, "Faults").
 
     Returns:
         The run summary (``generate_calls`` counts ``agenerate`` calls).
 
     Raises:
         ConfigError: On ``concurrency < 1`` or a run folder with a different manifest.
-        ProviderError: On a fatal provider error (the run stops; recorded turns are kept).
+        ProviderError: On a fatal provider error or too many faults in a row: the run stops
+            after recording what its requests in flight returned (the message counts them);
+            recorded turns are kept.
         SchemaError: If ``records.jsonl`` is corrupt.
     """
     if concurrency < 1:
@@ -270,7 +358,8 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite,
                            fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
     scheduler = Scheduler(session, model, concurrency,
-                          Checkpointer(session, settings.save_every, checkpoint_interval_s))
+                          Checkpointer(session, settings.save_every, checkpoint_interval_s),
+                          drain_s)
     logger.info("async runner: %d case(s) to run, concurrency %d", len(scheduler.queue),
                 concurrency)
     try:

@@ -7,6 +7,12 @@ case whose next turn is t, so an offline engine batches across cases (docs/desig
 never requested again, and a run folder whose manifest differs in an identity field is refused.
 A request that can never succeed is that turn's ``error`` (scored wrong); a fault (no answer)
 leaves its case unfinished for a re-run (docs/engines.md, "Faults").
+
+A fatal error stops the run without throwing away what already arrived: an API provider's
+``generate`` raises :class:`~utils.llm.retry.BatchStopped` with the completions its requests in
+flight returned (awaited for at most ``utils.llm.retry.DRAIN_S`` seconds), and the fault breaker
+stops only after every completion of the batch is recorded; the error then names the counts
+(:class:`~chexpercept.evaluation.session.Drain`).
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ from pathlib import Path
 
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
+from chexpercept.evaluation.dialogue import PreparedTurn
 from chexpercept.evaluation.session import (
     CaseState,
+    Drain,
     EvalSettings,
+    RunSession,
     RunSummary,
     open_session,
 )
-from utils.llm.base import ChatModel
+from utils.llm.base import ChatModel, Completion
+from utils.llm.retry import BatchStopped
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +43,28 @@ def _next_index(state: CaseState) -> int | None:
     """Turn index of the case's next turn (None when finished)."""
     turn = state.dialogue.next_turn
     return None if turn is None else turn.spec.index
+
+
+def _finish_batch(session: RunSession, batch: list[CaseState], prepared: list[PreparedTurn],
+                  completions: list[Completion], elapsed: float) -> int:
+    """Record a batch's completions; returns the cases it finished.
+
+    Raises:
+        ProviderError: When too many requests in a row got no answer (the fault breaker),
+            after every completion of the batch is recorded.
+    """
+    finished = 0
+    for i, (state, prep, completion) in enumerate(zip(batch, prepared, completions,
+                                                       strict=True)):
+        try:
+            if session.finish(state, prep, completion, elapsed) and state.dialogue.finished:
+                finished += 1
+        except ProviderError as exc:  # the breaker: the rest of the batch arrived already
+            drain = Drain()
+            for rest in zip(batch[i + 1:], prepared[i + 1:], completions[i + 1:], strict=True):
+                drain.finish(session, *rest, elapsed)
+            raise drain.error(exc)  # noqa: B904 - its __cause__ is the cause
+    return finished
 
 
 def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
@@ -54,7 +86,9 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
 
     Raises:
         ConfigError: If the run folder holds a run with a different manifest (names the field).
-        ProviderError: If the provider returns a wrong number of completions.
+        ProviderError: If the provider returns a wrong number of completions, on a fatal
+            provider error (what arrived is recorded first; the message counts it), or when too
+            many requests in a row got no answer.
         SchemaError: If ``records.jsonl`` is corrupt.
     """
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite)
@@ -69,15 +103,21 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                 continue
             prepared = [s.dialogue.prepare() for s in batch]
             started = time.perf_counter()
-            completions = model.generate([p.request for p in prepared])
+            try:
+                completions = model.generate([p.request for p in prepared])
+            except BatchStopped as stopped:  # record what arrived, then stop
+                session.summary.generate_calls += 1
+                drain = Drain(abandoned=stopped.abandoned)
+                for i, completion in sorted(stopped.completions.items()):
+                    drain.finish(session, batch[i], prepared[i], completion,
+                                 time.perf_counter() - started)
+                raise drain.error(stopped.cause)  # noqa: B904 - its __cause__ is the cause
             elapsed = time.perf_counter() - started
             session.summary.generate_calls += 1
             if len(completions) != len(prepared):
                 raise ProviderError(f"provider {settings.provider} returned {len(completions)} "
                                     f"completion(s) for {len(prepared)} request(s)")
-            for state, prep, completion in zip(batch, prepared, completions, strict=True):
-                if session.finish(state, prep, completion, elapsed) and state.dialogue.finished:
-                    unsaved += 1
+            unsaved += _finish_batch(session, batch, prepared, completions, elapsed)
             logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
                         TURNS[t].name, len(batch), elapsed)
             if unsaved >= settings.save_every:

@@ -300,6 +300,56 @@ def record_fault(state: CaseState, prep: PreparedTurn, completion: Completion,
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
+@dataclass
+class Drain:
+    """What became of the requests in flight when a fatal error stopped the run.
+
+    Both runners stop the same way (docs/engines.md, "Faults"): no request is sent after the
+    fatal error, the requests in flight are awaited (at most ``utils.llm.retry.DRAIN_S``
+    seconds), and every completion that arrives goes through :meth:`RunSession.finish` exactly
+    as in a run that goes on.
+
+    Attributes:
+        recorded: Answers that arrived and were recorded in ``records.jsonl``.
+        abandoned: Requests sent that got no answer (a fault, a fatal error of their own, a
+            retry given up, or still in flight at the bound); a re-run asks them again.
+    """
+
+    recorded: int = 0
+    abandoned: int = 0
+
+    def finish(self, session: RunSession, state: CaseState, prep: PreparedTurn,
+               completion: Completion, batch_latency_s: float) -> None:
+        """Record a completion that arrived while the run stops, as :meth:`RunSession.finish`.
+
+        A fault is logged to ``faults.jsonl`` as usual; the fault breaker, which would stop the
+        run, is ignored, since it is stopping already.
+        """
+        try:
+            answered = session.finish(state, prep, completion, batch_latency_s)
+        except ProviderError:  # the breaker, after the fault was logged
+            answered = False
+        if answered:
+            self.recorded += 1
+        else:
+            self.abandoned += 1
+
+    def error(self, cause: ProviderError) -> ProviderError:
+        """The error that ends the run: ``cause``, with what the drain did when it did anything.
+
+        Returns:
+            ``cause`` itself when no request was in flight; else a ``ProviderError`` whose
+            message is the cause's plus the counts (its ``__cause__`` is ``cause``).
+        """
+        if not (self.recorded or self.abandoned):
+            return cause
+        error = ProviderError(
+            f"{cause} Of the requests in flight at the stop, {self.recorded} answer(s) were "
+            f"recorded and {self.abandoned} abandoned (no answer; a re-run asks them again).")
+        error.__cause__ = cause
+        return error
+
+
 def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
     answer = rec.get("answer")
     parsed = ParsedAnswer(tuple(answer) if answer else None, rec["status"],
