@@ -5,16 +5,26 @@ release schema (docs/evaluation_protocol.md, "Run folder"; per lesion 100 lesion
 revision-free and 100 revision-required cases, docs/paper.md, "Benchmark size") for the two oracle
 settings ``implicit`` and ``none``, plus a matching ``chexpercept.json`` (for the chance rows),
 then runs ``01_analyze_model_performance.py`` end to end (all tables and plots, 1,000
-bootstrap resamples) in a child process, ``--repeat`` times per setting, and
-prints the fastest run's wall time, CPU time and peak resident memory (the child's own
-``rusage``) next to the release's reference figures (about 5 s and 141 MiB per setting on 2
-cores) as ratios. ``--tracemalloc`` also reports the Python-heap peak of one
-in-process analysis (slower). No assertion on timings.
+bootstrap resamples, the case viewer) in a child process, ``--repeat`` times per setting, and
+prints the median run's wall time, CPU time (the process tree's) and peak memory.
+
+With ``--release-dir DIR`` (a checkout of the original release, e.g. of the public repository
+checkoneee/CheXpercept) the release's own Stage 04 runs on the same files in the same
+invocation, alternating with ours run by run, from a scratch copy outside this repository (it
+writes next to its script), and the ratios are printed. Without it, the ratios use the
+release's figures measured earlier (about 5 s and 141 MiB per setting on 2 cores).
+
+Memory is measured two ways, since Stage 04 may fork workers (``--jobs``): ``peak RSS`` is the
+largest single process (the kernel's ``ru_maxrss`` of the tree), ``tree`` is the peak of the
+summed PSS of the process and its workers, sampled every 20 ms (the memory the machine gives
+the whole run: pages shared between forked workers counted once). ``--jobs`` is passed to ours.
+``--tracemalloc`` also reports the Python-heap peak of one in-process analysis (slower).
+No assertion on timings.
 
 Usage::
 
     python benchmarks/bench_analysis.py [--models 14] [--bootstrap 1000] [--repeat 3]
-        [--keep DIR]
+        [--keep DIR] [--release-dir DIR] [--jobs N]
 """
 
 from __future__ import annotations
@@ -24,9 +34,11 @@ import contextlib
 import io as _io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -178,20 +190,80 @@ def generate(root: Path, n_models: int, seed: int = 0) -> tuple[Path, Path]:
     return bench_dir, results_dir
 
 
-def _run_once(results_dir: Path, bench_dir: Path, out_dir: Path, setting: str,
-              n_boot: int) -> tuple[float, float, float]:
-    """Run the CLI in a child process; return (wall s, CPU s, peak RSS MiB) of that child."""
-    cmd = [sys.executable, str(SCRIPT), "--results-dir", str(results_dir), "--oracle_setting",
-           setting, "--output-dir", str(out_dir), "--benchmark-dir", str(bench_dir),
-           "--bootstrap", str(n_boot), "--no-progress", "--log-level", "WARNING"]
+def _tree_pss_kib(root: int) -> int:
+    """Summed PSS (KiB) of ``root`` and its descendants, from /proc (0 once they are gone).
+
+    PSS divides each shared page among the processes that map it, so pages a forked worker
+    shares with its parent are counted once, not once per process as summed RSS would be.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+                total += next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def _measure(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, float, float]:
+    """Run ``cmd``; (wall s, CPU s of the tree, peak single-process RSS MiB, peak tree PSS MiB)."""
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, cwd=cwd)
+    stop = threading.Event()
+    peak_tree = [0]
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak_tree[0] = max(peak_tree[0], _tree_pss_kib(child.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(child.pid, 0)  # this child's rusage (its reaped workers too)
     wall = time.perf_counter() - start
+    stop.set()
+    sampler.join()
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise subprocess.CalledProcessError(child.returncode, cmd)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
+    return (wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0,
+            peak_tree[0] / 1024.0)
+
+
+def _ours(results_dir: Path, bench_dir: Path, out_dir: Path, setting: str, n_boot: int,
+          jobs: int | None) -> list[str]:
+    return [sys.executable, str(SCRIPT), "--results-dir", str(results_dir), "--oracle_setting",
+            setting, "--output-dir", str(out_dir), "--benchmark-dir", str(bench_dir),
+            "--bootstrap", str(n_boot), "--no-progress", "--log-level", "WARNING",
+            *(["--jobs", str(jobs)] if jobs else [])]
+
+
+def _median(runs: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """The run of median wall time."""
+    return sorted(runs)[len(runs) // 2]
+
+
+def _release_copy(release_dir: Path, scratch: Path) -> Path:
+    """Copy the release's Stage 04 (and its utils) into ``scratch``; return its script."""
+    for part in ("src/04_analyze_eval_result", "utils"):
+        shutil.copytree(release_dir / part, scratch / part, dirs_exist_ok=True)
+    script = scratch / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
+    if not script.is_file():
+        raise SystemExit(f"--release-dir {release_dir}: no "
+                         "src/04_analyze_eval_result/01_analyze_model_performance.py")
+    return script
 
 
 def _tracemalloc_peak(results_dir: Path, bench_dir: Path, out_dir: Path, n_boot: int) -> float:
@@ -218,8 +290,14 @@ def main() -> int:
     parser.add_argument("--keep", default=None,
                         help="Generate into this folder and keep it (default: a temp dir).")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="Runs per setting; the fastest is reported, as other processes "
-                             "may share the cores (default: 3).")
+                        help="Runs per setting (each tool); the median is reported "
+                             "(default: 3).")
+    parser.add_argument("--release-dir", default=None,
+                        help="A checkout of the original release: run its Stage 04 on the same "
+                             "files, alternating with ours (default: compare with the "
+                             "release's earlier figures).")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="--jobs for our Stage 04 (default: its own default).")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Also measure the Python-heap peak in-process (default: off).")
     args = parser.parse_args()
@@ -230,16 +308,33 @@ def main() -> int:
         size_mib = sum(p.stat().st_size for p in results_dir.rglob("*.json")) / 2**20
         print(f"generated {args.models} models x 2100 cases x {len(SETTINGS)} settings "
               f"({size_mib:.0f} MiB of all_results.json) in {time.perf_counter() - start:.1f} s")
+        release = (_release_copy(Path(args.release_dir), root / "release_scratch")
+                   if args.release_dir else None)
         for setting in SETTINGS:
-            runs = [_run_once(results_dir, bench_dir, root / "out", setting, args.bootstrap)
-                    for _ in range(args.repeat)]
-            wall, cpu, peak = min(runs)  # other processes share the cores: take the best
-            print(f"oracle_{setting}: wall {wall:.2f} s (x{wall / REFERENCE_WALL_S:.2f} of the "
-                  f"release's ~{REFERENCE_WALL_S:.0f} s; CPU {cpu:.2f} s), peak RSS "
-                  f"{peak:.0f} MiB (x{peak / REFERENCE_PEAK_MIB:.2f} of "
-                  f"~{REFERENCE_PEAK_MIB:.0f} MiB)"
-                  + (f"; best of {args.repeat}, walls "
-                     + " ".join(f"{r[0]:.2f}" for r in runs) if args.repeat > 1 else ""))
+            ours, theirs = [], []
+            for _ in range(args.repeat):  # alternating: both see the same machine state
+                ours.append(_measure(_ours(results_dir, bench_dir, root / "out", setting,
+                                           args.bootstrap, args.jobs)))
+                if release is not None:
+                    theirs.append(_measure([sys.executable, str(release), "--results-dir",
+                                            str(results_dir), "--oracle_setting", setting],
+                                           cwd=release.parent))
+            o = _median(ours)
+            print(f"oracle_{setting}: ours wall {o[0]:.2f} s (CPU {o[1]:.2f} s), peak RSS "
+                  f"{o[2]:.0f} MiB, tree {o[3]:.0f} MiB; walls "
+                  + " ".join(f"{r[0]:.2f}" for r in ours))
+            if theirs:
+                t = _median(theirs)
+                print(f"oracle_{setting}: release wall {t[0]:.2f} s (CPU {t[1]:.2f} s), peak "
+                      f"RSS {t[2]:.0f} MiB, tree {t[3]:.0f} MiB; walls "
+                      + " ".join(f"{r[0]:.2f}" for r in theirs))
+                print(f"oracle_{setting}: ours / release: wall x{o[0] / t[0]:.2f}, peak RSS "
+                      f"x{o[2] / t[2]:.2f}, tree x{o[3] / t[3]:.2f} (medians of "
+                      f"{args.repeat}, alternating)")
+            else:
+                print(f"oracle_{setting}: ours / the release's earlier figures: wall "
+                      f"x{o[0] / REFERENCE_WALL_S:.2f} of ~{REFERENCE_WALL_S:.0f} s, peak RSS "
+                      f"x{o[2] / REFERENCE_PEAK_MIB:.2f} of ~{REFERENCE_PEAK_MIB:.0f} MiB")
         if args.tracemalloc:
             peak = _tracemalloc_peak(results_dir, bench_dir, root / "out_tm", args.bootstrap)
             print(f"tracemalloc Python-heap peak (oracle_{SETTINGS[0]}): {peak:.0f} MiB")

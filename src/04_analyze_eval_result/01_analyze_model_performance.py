@@ -115,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
              "the bundle's images).")
     parser.add_argument(
         "--jobs", type=positive_int, default=None, metavar="N",
-        help="Worker processes that score the runs and write their viewer chunks, one run "
-             "each at a time; the outputs are the same for any N (default: the usable CPUs, "
-             "at most one per run).")
+        help="Worker processes that score the runs (and write their viewer chunks) and draw "
+             "the figures, one run or figure each at a time; the outputs are the same for any "
+             "N (default: the CPUs this process may use).")
     add_common_args(parser, seed=True)
     return parser
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept import io
+from chexpercept.analysis._workers import usable_cpus
 from chexpercept.analysis.chance import load_chance_or_none
 from chexpercept.analysis.compare import (
     COMPARE_COLUMNS,
@@ -37,7 +38,7 @@ from chexpercept.analysis.extended import (
     write_extended_csvs,
 )
 from chexpercept.analysis.markdown import render_report, write_report
-from chexpercept.analysis.passes import PassOptions, default_jobs, run_passes
+from chexpercept.analysis.passes import PassOptions, run_passes
 from chexpercept.analysis.plots import write_plots
 from chexpercept.analysis.release_tables import (
     format_cell,
@@ -105,8 +106,9 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             records its sha256 (None: the viewer shows the hash only).
         viewer_image_max_side: Copy the images into the viewer, longer side at most this many
             pixels (None: the viewer links the bundle's images).
-        jobs: Worker processes for the per-run passes (``analysis.passes``; the outputs are
-            byte-identical for any value); None: one per usable CPU, at most one per run.
+        jobs: Worker processes for the per-run passes (``analysis.passes``) and the figures
+            (the outputs are byte-identical for any value); None: the usable CPUs. A pool
+            never starts more workers than it has runs or figures.
 
     Returns:
         The analyses, the files written and the summary table.
@@ -129,11 +131,11 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
                           image_max_side=viewer_image_max_side)
     parts = []
+    cpus = usable_cpus() if jobs is None else jobs  # each pool: at most one per item
     # each file is read once: scored, then converted for the viewer (docs/design.md,
     # "Stage 04 passes"); only the per-case matrix and the viewer's index columns are kept
     for run, (analysis, part) in zip(runs, run_passes(
-            runs, options, jobs=default_jobs(len(runs)) if jobs is None else jobs,
-            progress=progress), strict=True):
+            runs, options, jobs=cpus, progress=progress), strict=True):
         parts.append(part)
         result.written.extend(write_model_csvs(analysis.metrics, run.run_dir))
         logger.info("%s: %d case(s) (%s) -> %s", run.name, analysis.table.n_cases,
@@ -151,7 +153,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         result.written.extend(write_all_models_csvs(all_metrics, out_dir))
         result.written.extend(write_extended_csvs(result.analyses, chance, out_dir))
         plots = write_plots(all_metrics, out_dir, oracle_setting, analyses=result.analyses,
-                            chance=chance)
+                            chance=chance, jobs=cpus)
         result.written.extend(plots)
         if viewer_dir is not None:
             result.viewer = write_viewer_index(parts, viewer_dir, system_prompt=system_prompt)

@@ -10,15 +10,13 @@ file written is byte-identical to a one-process run, whatever ``jobs`` is.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
 from chexpercept.analysis.runs import RunRef
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
@@ -45,15 +43,6 @@ class PassOptions:
     viewer_dir: Path | None = None
     image_max_side: int | None = None
     chunk_size: int = CHUNK_SIZE
-
-
-def default_jobs(n_runs: int) -> int:
-    """Worker processes for ``n_runs`` runs: the CPUs this process may use, at most one per run."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, n_runs))
 
 
 def run_pass(r: int, run: RunRef, options: PassOptions,
@@ -94,7 +83,7 @@ def run_passes(runs: Sequence[RunRef], options: PassOptions, *, jobs: int = 1,
     Args:
         runs: The runs, in report order.
         options: The pass settings.
-        jobs: Worker processes (>= 1; ``--jobs``).
+        jobs: Worker processes (>= 1; ``--jobs``); at most one per run is started.
         progress: Optional wrapper of the iteration (``utils.cli.progress``).
 
     Yields:
@@ -113,8 +102,6 @@ def run_passes(runs: Sequence[RunRef], options: PassOptions, *, jobs: int = 1,
                                   for r, run in enumerate(runs))
         yield from (progress(results, total=len(runs), desc="runs") if progress else results)
         return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=jobs,
-                             mp_context=multiprocessing.get_context(method)) as pool:
+    with worker_pool(jobs) as pool:
         results = pool.map(run_pass, range(len(runs)), runs, repeat(options))
         yield from (progress(results, total=len(runs), desc="runs") if progress else results)

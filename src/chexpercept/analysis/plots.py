@@ -26,6 +26,7 @@ from typing import Any
 
 from chexpercept import io
 from chexpercept.analysis._memory import release_free_memory
+from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.case_table import MAX_DEPTH, PATH_STAGES, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
 from chexpercept.analysis.release_tables import RunMetrics
@@ -546,7 +547,7 @@ def _bounds(analysis: RunAnalysis, keys: Sequence[str], paths: Sequence[str]
 
 def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_setting: str,
                 *, analyses: Sequence[RunAnalysis] | None = None,
-                chance: RunAnalysis | None = None) -> list[Path]:
+                chance: RunAnalysis | None = None, jobs: int = 1) -> list[Path]:
     """Draw the four release plots for the runs into ``out_dir`` (plus two with ``analyses``).
 
     ``plot_stage_accuracy.png`` (one table per path; rows model x setting), the grouped bars
@@ -564,12 +565,12 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
         oracle_setting: Stage 03 oracle setting (shown in titles).
         analyses: The runs' :class:`RunAnalysis` (CIs, per-lesion cells), optional.
         chance: The chance baseline, optional.
+        jobs: Worker processes drawing the figures (each figure is drawn whole by one; the
+            files are byte-identical for any value).
 
     Returns:
         The PNG paths: ``io.PLOT_NAMES`` order, then :data:`EXTRA_PLOT_NAMES` with analyses.
     """
-    import matplotlib
-
     out_dir = Path(out_dir)
     names = dict(zip(("stage", "revision", "attribute", "depth"), io.PLOT_NAMES, strict=True))
     models = [m.model for m in all_metrics]
@@ -591,21 +592,37 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
         if rev_bounds is not None:
             rev_bounds.append([nan] * len(REVISION_KEYS))
             att_bounds.append([nan] * len(ATTRIBUTE_KEYS))
+    figures: list[tuple[str, tuple[Any, ...]]] = [
+        ("stage", (all_metrics, oracle_setting, out_dir / names["stage"], chance)),
+        ("bars", (models, rev, REVISION_LABELS,
+                  f"Contour revision detail, revision-required\n"
+                  f"(oracle setting: {oracle_setting})", out_dir / names["revision"],
+                  rev_bounds)),
+        ("bars", (models, att, ATTRIBUTE_LABELS,
+                  f"Attribute extraction detail, revision-required + revision-free\n"
+                  f"(oracle setting: {oracle_setting})", out_dir / names["attribute"],
+                  att_bounds)),
+        ("depth", (all_metrics, oracle_setting, out_dir / names["depth"], chance)),
+    ]
+    if analyses is not None:
+        everyone = [*analyses, *([chance] if chance is not None else [])]
+        figures.append(("lesion", (everyone, oracle_setting, out_dir / LESION_HEATMAP_PNG)))
+        figures.append(("funnel", (everyone, oracle_setting, out_dir / FUNNEL_PNG)))
+    if jobs <= 1:
+        return [_draw(figure) for figure in figures]
+    with worker_pool(min(jobs, len(figures))) as pool:
+        return list(pool.map(_draw, figures))
+
+
+#: Figure kind -> the function that draws and writes it (:func:`_draw`).
+_DRAWERS = {"stage": _stage_accuracy, "bars": _grouped_bars, "depth": _depth_heatmap,
+            "lesion": _lesion_heatmap, "funnel": _funnel}
+
+
+def _draw(figure: tuple[str, tuple[Any, ...]]) -> Path:
+    """Draw one figure of :func:`write_plots` (in this process or a worker) and write it."""
+    import matplotlib
+
+    kind, args = figure
     with matplotlib.rc_context(_RC):
-        paths = [
-            _stage_accuracy(all_metrics, oracle_setting, out_dir / names["stage"], chance),
-            _grouped_bars(models, rev, REVISION_LABELS,
-                          f"Contour revision detail, revision-required\n"
-                          f"(oracle setting: {oracle_setting})",
-                          out_dir / names["revision"], rev_bounds),
-            _grouped_bars(models, att, ATTRIBUTE_LABELS,
-                          f"Attribute extraction detail, revision-required + revision-free\n"
-                          f"(oracle setting: {oracle_setting})",
-                          out_dir / names["attribute"], att_bounds),
-            _depth_heatmap(all_metrics, oracle_setting, out_dir / names["depth"], chance),
-        ]
-        if analyses is not None:
-            everyone = [*analyses, *([chance] if chance is not None else [])]
-            paths.append(_lesion_heatmap(everyone, oracle_setting, out_dir / LESION_HEATMAP_PNG))
-            paths.append(_funnel(everyone, oracle_setting, out_dir / FUNNEL_PNG))
-    return paths
+        return _DRAWERS[kind](*args)
