@@ -50,6 +50,10 @@ class FrameTransform:
         resized_width: Width of the resized image inside the frame.
         resized_height: Height of the resized image inside the frame.
         size: Side of the square frame (1024).
+        orientation: EXIF orientation (1-8) of the source file, applied by the image loader
+            before this transform (``orig_width`` x ``orig_height`` is the upright size); 1 for
+            none, and for records written before the field existed (docs/curation.md,
+            "Working frame").
     """
 
     mode: str
@@ -62,6 +66,14 @@ class FrameTransform:
     resized_width: int
     resized_height: int
     size: int = WORK_SIZE
+    orientation: int = 1
+
+    @property
+    def stored_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the source file's stored pixel grid (before the EXIF turn)."""
+        if self.orientation in (5, 6, 7, 8):
+            return self.orig_height, self.orig_width
+        return self.orig_width, self.orig_height
 
     def to_json(self) -> dict[str, Any]:
         """The sidecar / ``transforms.json`` record."""
@@ -69,7 +81,7 @@ class FrameTransform:
                 "orig_height": self.orig_height, "scale_x": self.scale_x,
                 "scale_y": self.scale_y, "pad_x": self.pad_x, "pad_y": self.pad_y,
                 "resized_width": self.resized_width, "resized_height": self.resized_height,
-                "size": self.size}
+                "size": self.size, "orientation": self.orientation}
 
     @classmethod
     def from_json(cls, data: Any, where: str | Path) -> FrameTransform:
@@ -87,12 +99,16 @@ class FrameTransform:
         if missing or data.get("mode") not in PREPARE_MODES:
             raise SchemaError(f"{where}: frame transform needs {list(fields)} with mode in "
                               f"{PREPARE_MODES}; missing {missing}, mode {data.get('mode')!r}")
+        if data.get("orientation", 1) not in range(1, 9):
+            raise SchemaError(f"{where}: orientation must be an EXIF orientation 1-8, found "
+                              f"{data['orientation']!r}")
         return cls(mode=str(data["mode"]), orig_width=int(data["orig_width"]),
                    orig_height=int(data["orig_height"]), scale_x=float(data["scale_x"]),
                    scale_y=float(data["scale_y"]), pad_x=int(data["pad_x"]),
                    pad_y=int(data["pad_y"]), resized_width=int(data["resized_width"]),
                    resized_height=int(data["resized_height"]),
-                   size=int(data.get("size", WORK_SIZE)))
+                   size=int(data.get("size", WORK_SIZE)),
+                   orientation=int(data.get("orientation", 1)))
 
     def point_to_frame(self, x: float, y: float) -> tuple[float, float]:
         """Original pixel coordinates -> working-frame coordinates."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +31,13 @@ from chexpercept.io import (
     image_to_frame,
     read_cxr,
     read_frame_transform,
+    read_json,
     transform_sidecar,
     transforms_index,
     write_json_atomic,
     write_png_atomic,
 )
+from utils import imaging
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,9 @@ def convert_jpg(src: str | Path, dst: str | Path, mode: str = "letterbox",
     """Convert one CXR into the working frame and record how.
 
     Writes the sidecar ``<stem>.transform.json`` first and the PNG last (the PNG marks the item
-    done), both atomically.
+    done), both atomically. The sidecar records the source's EXIF orientation, which the loader
+    applies, so a provided mask stored in the source's pixel grid can be turned the same way
+    (docs/curation.md, "Working frame").
 
     Args:
         src: The original JPG/PNG.
@@ -89,7 +93,8 @@ def convert_jpg(src: str | Path, dst: str | Path, mode: str = "letterbox",
         InputError: If the source cannot be decoded.
     """
     arr = read_gray(src)
-    t = frame_transform(arr.shape[1], arr.shape[0], mode, size)
+    t = replace(frame_transform(arr.shape[1], arr.shape[0], mode, size),
+                orientation=imaging.inspect_image(src).orientation)
     out = image_to_frame(arr, t)
     dst = Path(dst)
     write_json_atomic(dst.with_name(f"{dst.stem}.transform.json"), t.to_json())
@@ -114,7 +119,9 @@ def _is_current(cxr_dir: str | Path, dicom_id: str, mode: str) -> bool:
     if not prepared_png(cxr_dir, dicom_id).is_file():
         return False
     t = read_frame_transform(cxr_dir, dicom_id)
-    return t is not None and t.mode == mode
+    # A record without ``orientation`` predates it: prepare again so the EXIF turn is known.
+    return (t is not None and t.mode == mode
+            and "orientation" in read_json(transform_sidecar(cxr_dir, dicom_id)))
 
 
 def prepare_images(images: Mapping[str, str], jpg_root: str | Path,
@@ -122,8 +129,9 @@ def prepare_images(images: Mapping[str, str], jpg_root: str | Path,
                    iterate=iter) -> PrepareSummary:
     """Convert every sampled dicom's JPG into the working-frame PNG folder.
 
-    A PNG is reused only when its sidecar records the same ``mode`` (a PNG without a sidecar, or
-    made in the other mode, is converted again). All sources still to convert are checked
+    A PNG is reused only when its sidecar records the same ``mode`` and the source's
+    ``orientation`` (a PNG without a sidecar, made in the other mode, or recorded before
+    orientations were, is converted again). All sources still to convert are checked
     before anything is converted; every missing one is reported at once. Finally the index
     ``transforms.json`` (``{dicom_id: transform}`` of ``images``) is rewritten.
 

@@ -12,20 +12,24 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from PIL import Image
 
+from chexpercept.curation.images import prepared_png
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import (
     WORK_SIZE,
     FrameTransform,
+    frame_transform,
     mask_to_frame,
     read_frame_transform,
     read_mask,
 )
+from utils import imaging
 
 if TYPE_CHECKING:
     from chexpercept.schema import ChexperceptConfig
@@ -72,35 +76,94 @@ class Segmenter(ABC):
         """
 
 
+def _plain_scale(mask_wh: tuple[int, int], grid_wh: tuple[int, int]) -> bool:
+    """Whether a ``mask_wh`` (w, h) mask is the ``grid_wh`` grid scaled evenly (to whole pixels)."""
+    (mw, mh), (gw, gh) = mask_wh, grid_wh
+    return abs(mw * gh - mh * gw) <= (gw + gh) / 2
+
+
+def orient_provided_mask(mask: np.ndarray, t: FrameTransform, mask_path: str | Path,
+                         image_path: str | Path | None = None) -> np.ndarray:
+    """A provided mask brought into the upright grid of its CXR (before the frame transform).
+
+    The image loader turns a source with an EXIF orientation upright; a mask file without its
+    own tag is taken to be in the source's STORED pixel grid (how a mask exported from the
+    pixel array is stored) and gets the same turn, including the ambiguous square case
+    (docs/curation.md, "Working frame"). Accepted shapes: square (MIMIC-ILS: the image
+    stretched to a square), or the stored or upright grid at any even scale; a non-square mask
+    with the upright grid's aspect ratio only is already upright and is not turned.
+
+    Args:
+        mask: (h, w) bool, as read from ``mask_path`` (its own EXIF tag, if any, applied).
+        t: The CXR's transform (``orig_width`` x ``orig_height``: upright size; its
+            ``orientation``).
+        mask_path: The mask file (named in the error; its own tag is checked).
+        image_path: The CXR file (named in the error).
+
+    Returns:
+        (h', w') bool in the upright grid (transposed for orientations 5-8).
+
+    Raises:
+        InputError: If the shape fits neither grid, naming both files and all sizes.
+    """
+    h, w = mask.shape
+    stored, upright = t.stored_size, (t.orig_width, t.orig_height)
+    own_tag = imaging.inspect_image(mask_path).orientation != 1  # read_mask turned it upright
+    if t.orientation != 1 and not own_tag and (w == h or _plain_scale((w, h), stored)):
+        turned = imaging.upright(Image.fromarray(mask.astype(np.uint8) * 255), t.orientation)
+        return np.asarray(turned) > 0
+    if w == h or _plain_scale((w, h), upright):
+        return mask
+    source = (f"a {stored[0]}x{stored[1]} stored image shown {upright[0]}x{upright[1]} upright "
+              f"(EXIF orientation {t.orientation})" if t.orientation != 1
+              else f"a {upright[0]}x{upright[1]} image")
+    raise InputError(f"provided mask {mask_path} is {w}x{h} pixels, but its CXR "
+                     f"{image_path or '(working frame)'} was prepared from {source}: a provided "
+                     f"mask must be square (MIMIC-ILS) or have the image's aspect ratio "
+                     f"(docs/curation.md, 'Working frame'); regenerate it on the image's grid")
+
+
 def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
-                  transform: FrameTransform | None = None) -> np.ndarray:
+                  transform: FrameTransform | None = None, *,
+                  image_path: str | Path | None = None) -> np.ndarray:
     """The MIMIC-ILS lesion mask of a pair, mapped into the working frame.
 
     MIMIC-ILS masks are square (512 or 1024) and cover the original CXR stretched to a square.
-    With the CXR's recorded ``transform`` the mask is mapped like the image (resize to the
-    original H x W, then the letterbox/stretch; :func:`chexpercept.io.mask_to_frame`); without
-    one (a hand-filled release-style PNG folder) it is resized (nearest) to 1024 x 1024.
+    With the CXR's recorded ``transform`` the mask is first turned like the image when the
+    source had an EXIF orientation (:func:`orient_provided_mask`), then mapped like the image
+    (resize to the original H x W, then the letterbox/stretch;
+    :func:`chexpercept.io.mask_to_frame`). Without one (a hand-filled release-style PNG folder)
+    the mask covers the 1024 x 1024 PNG ``image_path`` (same orientation rule, its own EXIF
+    tag) and is resized (nearest) to it; without ``image_path`` either, it is only resized.
 
     Args:
         item: The work item (``seg_mask_path``).
         seg_mask_root: ``path.mimic_ils_seg_mask_path``.
         transform: The CXR's transform (``<mimic_cxr_path>/<dicom_id>.transform.json``).
+        image_path: The prepared CXR ``<mimic_cxr_path>/<dicom_id>.png`` (named in errors).
 
     Returns:
         (1024, 1024) bool.
 
     Raises:
         InputError: If the pair has no ``seg_mask_path``, ``path.mimic_ils_seg_mask_path`` is
-            unset, or the file is missing / unreadable (the caller records it as failed).
+            unset, the file is missing / unreadable, or its shape fits neither the stored nor
+            the upright image (naming both files; the caller records it as failed).
     """
     rel = item.get("seg_mask_path")
     if not rel:
         raise InputError("pair has no seg_mask_path")
     if not seg_mask_root:
         raise InputError("path.mimic_ils_seg_mask_path is not set")
+    path = Path(seg_mask_root) / rel
+    if transform is None and image_path is not None and Path(image_path).is_file():
+        header = imaging.inspect_image(image_path)  # flat PNG: the mask covers it, stretched
+        transform = replace(frame_transform(*header.size, "stretch", WORK_SIZE),
+                            orientation=header.orientation)
     if transform is None:  # no recorded transform: the mask covers the image stretched to 1024
-        return read_mask(Path(seg_mask_root) / rel, size=WORK_SIZE, resize=True)
-    return mask_to_frame(read_mask(Path(seg_mask_root) / rel, size=None), transform)
+        return read_mask(path, size=WORK_SIZE, resize=True)
+    mask = orient_provided_mask(read_mask(path, size=None), transform, path, image_path)
+    return mask_to_frame(mask, transform)
 
 
 class ProvidedSegmenter(Segmenter):
@@ -116,8 +179,9 @@ class ProvidedSegmenter(Segmenter):
     def segment(self, image: np.ndarray, instruction: str, *,
                 item: Mapping[str, Any]) -> SegmentResult:
         """Read and map the pair's MIMIC-ILS mask (see :func:`provided_mask`)."""
-        mask = provided_mask(item, self.seg_mask_root,
-                             read_frame_transform(self.cxr_dir, item["dicom_id"]))
+        dicom_id = item["dicom_id"]
+        mask = provided_mask(item, self.seg_mask_root, read_frame_transform(self.cxr_dir, dicom_id),
+                             image_path=prepared_png(self.cxr_dir, dicom_id))
         return SegmentResult(mask, str(item.get("answer") or "[SEG]"))
 
 
@@ -169,6 +233,7 @@ __all__ = [
     "SegmentResult",
     "Segmenter",
     "create_segmenter",
+    "orient_provided_mask",
     "provided_mask",
     "register_segmenter",
     "segmenter_names",
