@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chexpercept.anatomy.backends import LAYOUT_CXAS, AnatomySegmenter, resolve_device
-from chexpercept.errors import ConfigError
+from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import WORK_SIZE
 from utils.deps import require
 
@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 
 #: Logit threshold: sigmoid > 0.5 (torchxrayvision ``BackboneUNet.threshold``).
 LOGIT_THRESHOLD = 0.0
+#: The model's own grid in pixels (torchxrayvision ``UNetResNet50.input_resolution``).
+CXAS_GRID = 512
+#: Input range the model expects (torchxrayvision ``utils.normalize``: ``[-1024, 1024]``).
+CXAS_RANGE = 1024.0
 _FEATURE = "anatomy.backend 'cxas'"
 
 
@@ -138,14 +142,78 @@ def check_classes(classes: Sequence[str], targets: Sequence[str]) -> list[int]:
     return [list(targets).index(n) for n in classes]
 
 
+def check_cxr_batch(images: Sequence[np.ndarray]) -> np.ndarray:
+    """Check CXAS input images and scale them to the model's range.
+
+    The model expects a working-frame CXR: (1024, 1024) uint8, values 0-255, which is scaled to
+    [-1024, 1024] as ``xrv.utils.normalize(img, 255)`` does. Anything else (a [0, 1] float image,
+    raw 16-bit values, a non-square or other-size array, a colour image) would be segmented
+    wrongly without an error (an empty mask, a grown mask, edges moved), so it is refused.
+
+    Args:
+        images: Each (1024, 1024) uint8 grayscale CXR (``chexpercept.io.read_cxr``).
+
+    Returns:
+        (B, 1, 1024, 1024) float32 in [-1024, 1024].
+
+    Raises:
+        InputError: Naming each bad image's index, shape, dtype and value range, and what is
+            expected.
+    """
+    problems, arrays = [], []
+    for i, image in enumerate(images):
+        arr = np.asarray(image)
+        if arr.shape != (WORK_SIZE, WORK_SIZE) or arr.dtype != np.uint8:
+            values = (f"values {arr.min()}..{arr.max()}" if arr.size and
+                      (arr.dtype.kind in "biuf") else "no numeric values")
+            problems.append(f"image {i}: shape {arr.shape}, dtype {arr.dtype}, {values}")
+        arrays.append(arr)
+    if problems:
+        raise InputError(f"{_FEATURE} expects (1024, 1024) uint8 working-frame CXRs (values "
+                         f"0-255, as chexpercept.io.read_cxr returns; docs/deformation.md, "
+                         f"'Anatomy masks'), got " + "; ".join(problems))
+    if not arrays:
+        return np.zeros((0, 1, WORK_SIZE, WORK_SIZE), np.float32)
+    return ((2.0 * (np.stack(arrays).astype(np.float32) / 255.0) - 1.0) * CXAS_RANGE)[:, None]
+
+
+def to_model_grid(x: Any) -> Any:
+    """Working frame -> the model's grid: [B, C, 1024, 1024] -> [B, C, 512, 512] float tensor.
+
+    Bilinear with antialiasing and half-pixel centres (``align_corners=False``), exactly the
+    resize torchxrayvision's ``fix_resolution`` applies inside the model; done here so both
+    directions of the round trip are in one place (docs/deformation.md, "Anatomy masks").
+    """
+    import torch.nn.functional as F
+
+    return F.interpolate(x, size=(CXAS_GRID, CXAS_GRID), mode="bilinear", antialias=True,
+                         align_corners=False)
+
+
+def to_working_frame(logits: Any) -> Any:
+    """The model's grid -> working frame: [B, C, 512, 512] -> [B, C, 1024, 1024] float tensor.
+
+    Bilinear with half-pixel centres (``align_corners=False``): a working-frame pixel ``i`` is
+    read at model coordinate ``(i + 0.5) / 2 - 0.5``, the inverse of :func:`to_model_grid`, so a
+    mask sent through both and thresholded at 0.5 keeps its edges (at most 1 px off).
+    """
+    import torch.nn.functional as F
+
+    return F.interpolate(logits, size=(WORK_SIZE, WORK_SIZE), mode="bilinear",
+                         align_corners=False)
+
+
 class CXASSegmenter(AnatomySegmenter):
     """CXAS masks in the working frame.
 
-    Input: the (1024, 1024) uint8 CXR scaled to [-1024, 1024] (``xrv.utils.normalize(img, 255)``:
-    ``(2 * img / 255 - 1) * 1024``), shape [B, 1, 1024, 1024]; the model resizes to 512, repeats
-    to 3 channels and applies ImageNet normalisation itself (torchxrayvision). Output logits
-    [B, 159, 512, 512]; the chosen classes are upsampled bilinearly to 1024 x 1024 and
-    thresholded at logit > 0 (sigmoid > 0.5).
+    Input: the (1024, 1024) uint8 CXR (checked: :func:`check_cxr_batch`) scaled to
+    [-1024, 1024] (``xrv.utils.normalize(img, 255)``: ``(2 * img / 255 - 1) * 1024``) and brought
+    to the model's 512 x 512 grid here (:func:`to_model_grid`, the resize torchxrayvision would
+    otherwise do inside the model); the model repeats to 3 channels and applies ImageNet
+    normalisation itself. Output logits [B, 159, 512, 512]; the chosen classes are brought back
+    to 1024 x 1024 (:func:`to_working_frame`) and thresholded at logit > 0 (sigmoid > 0.5).
+    Both resizes map pixel centres onto pixel centres, so the round trip keeps edges in place
+    (docs/deformation.md, "Anatomy masks").
     """
 
     name = "cxas"
@@ -169,18 +237,26 @@ class CXASSegmenter(AnatomySegmenter):
         self._index = check_classes(self.output_names, list(model.targets))
 
     def segment_batch(self, images: Sequence[np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """Segment CXRs ((1024, 1024) uint8 each) into ``{class: (1024, 1024) bool}``."""
-        import torch
-        import torch.nn.functional as F
+        """Segment CXRs into ``{class: (1024, 1024) bool}``.
 
-        scaled = np.stack([(2.0 * (np.asarray(im, np.float32) / 255.0) - 1.0) * 1024.0
-                           for im in images])[:, None]
+        Args:
+            images: Each (1024, 1024) uint8, working frame.
+
+        Returns:
+            Per image, one mask per name of :attr:`output_names`.
+
+        Raises:
+            InputError: For an image of another shape or dtype (:func:`check_cxr_batch`).
+        """
+        import torch
+
+        scaled = check_cxr_batch(images)
+        if not len(scaled):
+            return []
         x = torch.from_numpy(scaled).to(self.device)
         with torch.inference_mode():
-            logits = self.model(x)[:, self._index]
-            up = F.interpolate(logits.float(), size=(WORK_SIZE, WORK_SIZE), mode="bilinear",
-                               align_corners=False)
-            masks = (up > LOGIT_THRESHOLD).cpu().numpy()
+            logits = self.model(to_model_grid(x))[:, self._index]
+            masks = (to_working_frame(logits.float()) > LOGIT_THRESHOLD).cpu().numpy()
         return [{n: masks[b, k] for k, n in enumerate(self.output_names)}
                 for b in range(len(images))]
 
