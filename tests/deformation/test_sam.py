@@ -245,3 +245,84 @@ def test_sam_skips_are_recorded_in_the_summary(tmp_path, monkeypatch):
          "detail": "SAM refinement left no part of >= 1000 px"}]
     item = read_json(layout.item_json(task.key_id))
     assert [g["mask_component_id"] for g in item["geometrical_mask_infos"]] == ["0"]
+
+
+# -------------------------------- mask inputs (docs/deformation.md, "SAM refinement")
+def _square(dtype, fg):
+    mask = np.zeros((1024, 1024), dtype)
+    mask[300:600, 320:640] = fg
+    return mask
+
+
+ACCEPTED_MASKS = {"bool": (bool, True), "uint8-0/1": (np.uint8, 1),
+                  "int64-0/1": (np.int64, 1), "uint8-0/255": (np.uint8, 255)}
+
+
+@pytest.mark.parametrize("kind", list(ACCEPTED_MASKS))
+def test_mask_input_accepts_bool_01_and_0255_masks_of_the_image_size(kind):
+    """Before: 0/255 raised IndexError (grid points) or reached SAM raw; 0/1 gave a black image."""
+    mask = _square(*ACCEPTED_MASKS[kind])
+    want = sam_mod.mask_logits(_square(bool, True))
+    pred = EchoPredictor()
+    pred.set_image(np.zeros((1024, 1024, 3), np.uint8))
+    sam_mod.best_prediction(pred, [[400, 400]], [1], mask)
+    assert pred.calls[-1]["mask_input"].dtype == np.float32
+    assert np.array_equal(pred.calls[-1]["mask_input"], want)
+    assert np.array_equal(sam_mod.mask_logits(mask), want)
+    # The edit step (target = the mask input) and refinement take it the same way.
+    cxr = np.full((1024, 1024), 90, np.uint8)
+    as_bool = sam_mod.SamRealiser(EchoPredictor(), cxr, 1000)(None, _square(bool, True), [], [])
+    assert np.array_equal(sam_mod.SamRealiser(EchoPredictor(), cxr, 1000)(None, mask, [], []),
+                          as_bool)
+    refine = EchoPredictor()
+    refined = sam_mod.refine_component(refine, mask, 1000)
+    assert refine.current.max() == 255  # the component image is 0/255, not 0/1
+    assert np.array_equal(refined, sam_mod.refine_component(EchoPredictor(),
+                                                            _square(bool, True), 1000))
+
+
+@pytest.mark.parametrize(("mask_input", "found"), [
+    (_square(np.float32, 0.5), "dtype float32, shape (1024, 1024), values [0.0, 0.5]"),
+    (_square(np.uint8, 2), "dtype uint8, shape (1024, 1024), values [0, 2]"),
+    (_square(np.uint8, 255) | _square(np.uint8, 1)[::-1], "values [0, 1, 255]"),
+    (np.zeros((512, 512), bool), "dtype bool, shape (512, 512), values [False]"),
+    (_square(bool, True)[None], "dtype bool, shape (1, 1024, 1024)"),
+    (np.full((1, 256, 256), np.nan, np.float32), "dtype float32, shape (1, 256, 256)"),
+    (np.zeros((1024,), bool), "shape (1024,)"),
+], ids=["float", "0/2", "0/1/255", "512px", "3-D-bool", "nan-logits", "1-D"])
+def test_mask_input_refuses_anything_else_by_name(mask_input, found):
+    pred = EchoPredictor()
+    pred.set_image(np.zeros((1024, 1024, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"^mask_input: expected ") as info:
+        sam_mod.best_prediction(pred, [[400, 400]], [1], mask_input)
+    assert found in str(info.value)
+    assert "(1024, 1024)" in str(info.value)
+    assert pred.calls == []  # nothing reached SAM
+    cxr = np.full((1024, 1024), 90, np.uint8)
+    if np.asarray(mask_input).ndim == 2:
+        with pytest.raises(ValueError, match=r"^target \(the mask input\): expected"):
+            sam_mod.SamRealiser(EchoPredictor(), cxr, 1000)(None, mask_input, [], [])
+
+
+def test_sam2_random_tiny_model_takes_a_0_255_mask_input():
+    """Before: a (1024, 1024) uint8 mask reached SAM2 as it was (torch RuntimeError in conv2d)."""
+    pytest.importorskip("sam2")
+    torch = pytest.importorskip("torch")
+    from sam2.build_sam import build_sam2
+    from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    pred = SAM2ImagePredictor(build_sam2("configs/sam2.1/sam2.1_hiera_t.yaml", ckpt_path=None,
+                                         device="cpu"))
+    pred.set_image(np.repeat(_square(np.uint8, 255)[..., None], 3, axis=2))
+    outs = [sam_mod.best_prediction(pred, [[400, 400]], [1], _square(dtype, fg))
+            for dtype, fg in ACCEPTED_MASKS.values()]
+    for mask, logits in outs:
+        assert mask.shape == (1024, 1024) and mask.dtype == bool
+        assert logits.shape == (1, 256, 256) and logits.dtype == np.float32
+        assert np.array_equal(logits, outs[0][1])  # same mask input, same answer
+    # Its own low-res logits go back in as they came (the refinement loop).
+    sam_mod.best_prediction(pred, [[400, 400], [500, 500]], [1, 1], outs[0][1])
+    with pytest.raises(ValueError, match="mask_input"):
+        sam_mod.best_prediction(pred, [[400, 400]], [1], _square(np.uint8, 7))

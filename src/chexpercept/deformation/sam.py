@@ -216,13 +216,92 @@ def load_predictor(settings: SamSettings) -> PointPredictor:
 # --------------------------------------------------------------------------------------
 
 
+def _describe(arr: np.ndarray) -> str:
+    """``dtype uint8, shape (1024, 1024), values [0, 3, 255]`` (at most 8 distinct values)."""
+    if arr.size == 0:
+        values = "no values"
+    elif arr.dtype.kind in "biuf":
+        distinct = np.unique(arr)
+        values = (f"values {distinct.tolist()}" if len(distinct) <= 8 else
+                  f"{len(distinct)} distinct values in [{distinct[0]}, {distinct[-1]}]")
+    else:
+        values = "non-numeric values"
+    return f"dtype {arr.dtype}, shape {arr.shape}, {values}"
+
+
+def binary_mask(mask: Any, name: str, image_hw: tuple[int, int] | None = None) -> np.ndarray:
+    """Check a mask handed to SAM and return it as bool (docs/deformation.md, "SAM refinement").
+
+    Accepted: a 2-D array of dtype bool, or of an integer dtype whose values are all 0/1 or all
+    0/255 (a mask read from a PNG). Anything else is refused, never guessed: a float array
+    (probabilities or logits?), other values, another number of dimensions, or (with
+    ``image_hw``) another size than the image.
+
+    Args:
+        mask: (H, W) bool, 0/1 integer or 0/255 integer.
+        name: The argument's name, for the message (``mask_input``, ``target``, ...).
+        image_hw: ``(height, width)`` the mask must have (the embedded image's), or None.
+
+    Returns:
+        (H, W) bool; foreground is 1 / 255.
+
+    Raises:
+        ValueError: Naming ``name``, its dtype, shape and the values found, and what is accepted.
+    """
+    arr = np.asarray(mask)
+    ok = arr.ndim == 2 and (image_hw is None or arr.shape == tuple(image_hw))
+    if ok and arr.dtype != bool:
+        ok = arr.dtype.kind in "iu" and (
+            bool(((arr == 0) | (arr == 1)).all()) or bool(((arr == 0) | (arr == 255)).all()))
+    if not ok:
+        size = "" if image_hw is None else f" of the image's size {tuple(image_hw)}"
+        raise ValueError(f"{name}: expected a 2-D mask{size} of dtype bool, or integer with "
+                         f"values 0/1 or 0/255; got {_describe(arr)}")
+    return arr.astype(bool, copy=False) if arr.dtype == bool else arr > 0
+
+
+def mask_input_logits(mask_input: Any, image_hw: tuple[int, int],
+                      size: int = SAM2_LOWRES) -> np.ndarray | None:
+    """What :func:`best_prediction` hands SAM as ``mask_input``.
+
+    Args:
+        mask_input: None; low-res logits ``(1, s, s)`` float with ``s`` below the image's sides
+            (a previous prediction's, fed back as they came); or a full-size mask,
+            (H, W) = ``image_hw``, bool / 0-1 / 0-255 integer (:func:`binary_mask`), which is
+            turned into logits by :func:`mask_logits`.
+        image_hw: ``(height, width)`` of the embedded image (1024 × 1024 working frame).
+        size: Low-res side for a converted mask (256 for sam2).
+
+    Returns:
+        None, or (1, s, s) float32 logits.
+
+    Raises:
+        ValueError: For anything else, naming ``mask_input``, its dtype, shape and values.
+    """
+    if mask_input is None:
+        return None
+    arr = np.asarray(mask_input)
+    if (arr.ndim == 3 and arr.dtype.kind == "f" and arr.shape[0] == 1
+            and arr.shape[1] == arr.shape[2] < min(image_hw) and np.isfinite(arr).all()):
+        return arr.astype(np.float32, copy=False)
+    if arr.ndim == 2:
+        return mask_logits(binary_mask(arr, "mask_input", image_hw), size)
+    raise ValueError(f"mask_input: expected low-res logits (1, s, s) float, finite, s below the "
+                     f"image's {tuple(image_hw)}, or a 2-D mask of the image's size (bool, or "
+                     f"integer 0/1 or 0/255); got {_describe(arr)}")
+
+
 def grid_points(mask: np.ndarray, step: int = GRID_STEP_PX) -> list[list[int]]:
     """Grid points ``(x, y)``, x, y in {0, 64, ...}, that lie inside ``mask`` (row-major order).
 
     Args:
-        mask: (H, W) bool.
+        mask: (H, W) bool, or integer 0/1 or 0/255 (:func:`binary_mask`).
         step: Grid step in pixels (64; docs/deformation.md, "Grid points").
+
+    Raises:
+        ValueError: For another kind of mask (:func:`binary_mask`).
     """
+    mask = binary_mask(mask, "mask")
     ys, xs = np.mgrid[0:mask.shape[0]:step, 0:mask.shape[1]:step]
     inside = mask[ys, xs]
     return [[int(x), int(y)] for x, y in zip(xs[inside], ys[inside], strict=True)]
@@ -232,12 +311,16 @@ def mask_logits(mask: np.ndarray, size: int = SAM2_LOWRES) -> np.ndarray:
     """A mask as SAM mask-input logits: +18.42 where the (area-downscaled) mask is >= 0.5.
 
     Args:
-        mask: (H, W) bool.
+        mask: (H, W) bool, or integer 0/1 or 0/255 (:func:`binary_mask`).
         size: Low-res side (256 for sam2).
 
     Returns:
         (1, size, size) float32.
+
+    Raises:
+        ValueError: For another kind of mask, naming ``mask_input`` (:func:`binary_mask`).
     """
+    mask = binary_mask(mask, "mask_input")
     small = cv2.resize(mask.astype(np.float32), (size, size), interpolation=cv2.INTER_AREA)
     return np.where(small >= 0.5, MASK_LOGIT, -MASK_LOGIT).astype(np.float32)[None]
 
@@ -253,7 +336,9 @@ def best_prediction(predictor: PointPredictor, points: Sequence[Sequence[int]],
         points: (N, 2) ``[x, y]`` pixel prompts; each must lie inside the image, x in
             [0, width - 1] and y in [0, height - 1] (docs/deformation.md, "SAM prompts").
         labels: (N,) 1 (foreground) or 0 (background), one per point.
-        mask_input: (1, 256, 256) float32 logits (:func:`mask_logits`) or None.
+        mask_input: None; (1, s, s) float32 low-res logits (a previous prediction's, or
+            :func:`mask_logits`); or an (H, W) mask of the image's size, bool or integer
+            0/1 or 0/255, converted by :func:`mask_logits` (:func:`mask_input_logits`).
         image_hw: ``(height, width)`` of the embedded image (1024 × 1024 working frame).
 
     Returns:
@@ -261,11 +346,13 @@ def best_prediction(predictor: PointPredictor, points: Sequence[Sequence[int]],
 
     Raises:
         PromptPointError: For a point outside the image (rejected, never clipped), naming it.
-        ValueError: If ``labels`` does not have one label per point.
+        ValueError: If ``labels`` does not have one label per point, or ``mask_input`` is
+            none of the accepted kinds (naming its dtype, shape and values).
     """
     coords = check_points_in_image(points, image_hw)
     if len(labels) != len(coords):
         raise ValueError(f"{len(coords)} prompt point(s) but {len(labels)} label(s)")
+    mask_input = mask_input_logits(mask_input, image_hw)
     masks, scores, logits = predictor.predict(
         point_coords=coords, point_labels=np.asarray(labels, dtype=np.int32),
         mask_input=mask_input, multimask_output=True)
@@ -298,13 +385,17 @@ def refine_component(predictor: PointPredictor, component: np.ndarray,
 
     Args:
         predictor: The SAM predictor.
-        component: (1024, 1024) bool component.
+        component: (1024, 1024) bool component, or integer 0/1 or 0/255 (:func:`binary_mask`).
         min_px: Components of the result below this size are dropped (1000).
 
     Returns:
         (1024, 1024) bool refined mask (may be empty; empty for an empty ``component``, the
         predictor untouched).
+
+    Raises:
+        ValueError: For another kind of ``component`` (:func:`binary_mask`).
     """
+    component = binary_mask(component, "component")
     if not component.any():
         return np.zeros_like(component, dtype=bool)
     predictor.set_image(_rgb(component))
@@ -416,7 +507,8 @@ class SamRealiser:
 
         Args:
             base: (1024, 1024) bool mask before the edit (unused: the target carries it).
-            target: (1024, 1024) bool morphological target (the perturbed mask input).
+            target: (1024, 1024) morphological target (the perturbed mask input): bool, or
+                integer 0/1 or 0/255 (:func:`binary_mask`), of the CXR's size.
             expansion_points: [x, y] points that must end up inside (label 1).
             contraction_points: [x, y] points that must end up outside (label 0).
 
@@ -426,8 +518,10 @@ class SamRealiser:
         Raises:
             PromptPointError: For an expansion or contraction point outside the CXR
                 (docs/deformation.md, "SAM prompts": rejected, never clipped).
+            ValueError: For another kind of ``target``, naming it (:func:`binary_mask`).
         """
         del base
+        target = binary_mask(target, "target (the mask input)", self.image_hw)
         grid = grid_points(target)
         if len(grid) > MAX_EDIT_GRID_POINTS:
             idx = np.linspace(0, len(grid) - 1, MAX_EDIT_GRID_POINTS).round().astype(int)
@@ -453,11 +547,13 @@ __all__ = [
     "SamRealiser",
     "SamSettings",
     "best_prediction",
+    "binary_mask",
     "check_sam_settings",
     "grid_points",
     "load_predictor",
     "load_sam2",
     "load_sam3",
+    "mask_input_logits",
     "mask_logits",
     "refine_component",
     "refine_components",
