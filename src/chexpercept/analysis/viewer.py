@@ -271,6 +271,7 @@ def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, A
     index = record.get("_chat_history_idx") or {}
     names = {i: name for name, i in index.items() if isinstance(i, int)}
     turns = []
+    url, basename = images.url, os.path.basename
     for i, entry in enumerate(history):
         if not isinstance(entry, list):  # a damaged entry is shown as text, never dropped
             entry = [str(entry)]
@@ -289,15 +290,16 @@ def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, A
             "stage": stage,
             "text": text,
             "prefix": prefix or None,
-            "images": [{"url": images.url(str(p)), "name": os.path.basename(str(p))}
-                       for p in (entry[1] if len(entry) > 1 else [])],
+            "images": [{"url": url(p), "name": basename(p)}
+                       for p in map(str, entry[1] if len(entry) > 1 else ())],
             "raw": rec.get("raw", original if original is not None else shown),
             # what later requests replayed: the ground truth when the implicit oracle patched it
             "replayed": shown if original is not None else None,
             "patched_before": list(oracle.get("patched") or []),
             "gt": _ground_truth(record, name, stage) if stage else None,
         }
-        turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
+        if rec:
+            turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
         turns.append(turn)
     detail: dict[str, Any] = {"turns": turns}
     unfinished = record.get("unfinished")
