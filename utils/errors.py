@@ -31,3 +31,20 @@ class InputError(ChexperceptError):
 
     It lives here because :mod:`utils.imaging` raises it; ``chexpercept.errors`` re-exports it.
     """
+
+
+class EngineStartError(ProviderError):
+    """An offline engine (vLLM, transformers) could not be built or loaded.
+
+    Raised before the first request, so the run stops before its folder gets a manifest or a
+    record (docs/engines.md, "Faults"); never one request's ``error``. The message names the
+    cause and the flag (or the part of the environment) that fixes it.
+
+    Args:
+        message: The whole one-line message.
+        fix: The flag(s) or setting that fix it, as in the message ('' when unknown).
+    """
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix

@@ -15,9 +15,10 @@ import engine_helpers as eh
 import pytest
 
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
+from chexpercept.evaluation.api import evaluate
 from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.budget import check_budget, estimate_prompt_tokens, last_request
-from utils.errors import ConfigError, ProviderError
+from utils.errors import ConfigError, EngineStartError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import ChatModel, Completion, Message, TurnRequest
 
@@ -27,11 +28,17 @@ RR_KEY = "effusion_s50000001_positive_0"  # revision-required: 9 turns, 7 images
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """One tiny model, one bundle and ONE loaded engine for the whole module."""
+def files(tmp_path_factory):
+    """The tiny model and the bundle of the module (no engine)."""
     root = tmp_path_factory.mktemp("vllm_offline")
-    model_dir = eh.build_model(root / "tiny")
-    bench = eh.write_bundle(root / "bench")
+    return {"root": root, "model_dir": eh.build_model(root / "tiny"),
+            "bench": eh.write_bundle(root / "bench")}
+
+
+@pytest.fixture(scope="module")
+def world(files):
+    """One tiny model, one bundle and ONE loaded engine for the whole module."""
+    root, model_dir, bench = files["root"], files["model_dir"], files["bench"]
     model = create_model("opensource", str(model_dir), seed=0, max_model_len=4096,
                          max_new_tokens=eh.MAX_NEW_TOKENS,
                          gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
@@ -201,6 +208,11 @@ def test_async_engine_without_turn_barrier_gives_the_batched_answers(world, batc
                          gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
                          engine_kwargs={"dtype": eh.DTYPE})
     assert model.supports_async and model._llm is None
+    builds: list[Any] = []
+    build = model._build_async_engine
+    model._build_async_engine = lambda: builds.append(1) or build()
+    model.start()  # as evaluate() does: outside any event loop, before the run folder
+    assert model._async_llm is not None and builds == [1]
     bundle = load_bundle(world["bench"])
     settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="none")
     async_dir = world["root"] / "runs" / "async"
@@ -210,6 +222,7 @@ def test_async_engine_without_turn_barrier_gives_the_batched_answers(world, batc
     finally:
         model.close()
     assert model._llm is None  # the offline LLM was never started
+    assert builds == [1]  # the runner's event loop adopted the engine start() built
     assert summary.generate_calls == sum(len(c.turns) for c in cases)
     raw = {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(async_dir)}
     assert raw == {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(run_dir)}
@@ -245,3 +258,48 @@ def test_a_conversation_the_chat_template_rejects_fails_alone(tmp_path):
     assert [c.status in ("ok", "truncated") for c in out] == [True, False, True]
     assert out[1].status == "error" and templates.MARKER_ERROR in out[1].error
     assert out[0].text == out[2].text and out[0].usage.input_tokens > 0
+
+
+def test_an_engine_that_cannot_start_stops_before_the_run_folder_and_the_fix_runs(
+        files, tmp_path, capsys, monkeypatch):
+    """Issue 20, item 1: ``--max-model-len`` over the model's 32,768 positions.
+
+    vLLM's config check refuses to start: exit 2, one line naming ``--max-model-len``, no
+    manifest and no record (before: every turn an ``error`` record, exit 0). The corrected
+    value then runs in the same output folder (a manifest written by the failed start would
+    refuse it: ``max_model_len`` is an identity field). One engine start (the corrected run).
+    """
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    module = runpy.run_path(str(eh.EVAL_SCRIPT), run_name="eval_under_test")
+    argv = ["--benchmark-dir", str(files["bench"]), "--output-path", str(tmp_path),
+            "--provider", "opensource", "--model", str(files["model_dir"]),
+            "--max-model-len", "65536", "--max-new-tokens", str(eh.MAX_NEW_TOKENS),
+            "--gpu-memory-utilization", str(eh.CPU_MEMORY_FRACTION), "--limit", "2",
+            "--oracle_setting", "none", "--no-progress"]
+    assert module["run_main"](module["main"], argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1
+    assert "could not start" in err[0] and "User-specified max_model_len (65536)" in err[0]
+    assert "Fix: lower --max-model-len" in err[0]
+    assert not list(tmp_path.rglob("run_manifest.json"))
+    assert not list(tmp_path.rglob("records.jsonl"))
+
+    # --vllm-engine async: AsyncLLM's start fails alike, and is not tried a second time
+    model = create_model("opensource", str(files["model_dir"]), engine="async",
+                         max_model_len=65536, gpu_memory_utilization=eh.CPU_MEMORY_FRACTION)
+    with pytest.raises(EngineStartError, match="--max-model-len") as first:
+        model.start()
+    with pytest.raises(EngineStartError) as again:
+        model.start()
+    assert again.value is first.value
+
+    summary = evaluate(files["bench"], provider="opensource", output_path=tmp_path,
+                       model=str(files["model_dir"]), oracle_setting="none", limit=2,
+                       max_new_tokens=eh.MAX_NEW_TOKENS,
+                       provider_options={"max_model_len": 4096,
+                                         "gpu_memory_utilization": eh.CPU_MEMORY_FRACTION,
+                                         "enforce_eager": True,
+                                         "engine_kwargs": {"dtype": eh.DTYPE}})
+    recs = eh.records(summary.run_dir)
+    assert summary.unfinished_message() is None and recs
+    assert {r["completion_status"] for r in recs} <= {"ok", "truncated"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import runpy
 import shutil
 import sys
 import types
@@ -11,6 +12,7 @@ from collections import Counter
 import chat_templates
 import pytest
 from local_provider_helpers import (
+    EVAL_SCRIPT,
     read_manifest,
     read_records,
     run_eval_cli,
@@ -19,7 +21,7 @@ from local_provider_helpers import (
 )
 from PIL import Image
 
-from utils.errors import ConfigError, ProviderError
+from utils.errors import ConfigError, EngineStartError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import Message, TurnRequest
 
@@ -389,3 +391,35 @@ def test_a_prompt_over_the_context_fails_alone_a_first_turn_stops_the_run(family
     assert "outgrew the model's context" in out[1].error
     with pytest.raises(ProviderError, match="even before any answer"):
         model.generate([TurnRequest(tuple(_history(long_text, images=images)))])
+
+
+def test_a_model_without_weights_stops_the_cli_before_the_run_folder(tiny_model, tmp_path,
+                                                                     capsys):
+    """Missing weights: exit 2 naming --model-path, no manifest, no record (issue 20, item 1);
+    with the weights back, the same command runs in the same output folder."""
+    broken = tmp_path / "no_weights"
+    shutil.copytree(tiny_model, broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(EngineStartError) as info:
+        create_model("transformers", "tiny", model_path=str(broken), device="cpu")
+    assert "--model-path" in info.value.fix and "\n" not in str(info.value)
+    assert str(broken) in str(info.value) and "OSError" in str(info.value)
+
+    bench = tmp_path / "bench"
+    write_marked_bundle(bench)
+    out = tmp_path / "out"
+    argv = ["--benchmark-dir", str(bench), "--output-path", str(out), "--provider",
+            "transformers", "--model", "tiny-qwen2-vl", "--model-path", str(broken),
+            "--device", "cpu", "--max-new-tokens", "2", "--limit", "1",
+            "--oracle_setting", "none", "--no-progress"]
+    module = runpy.run_path(str(EVAL_SCRIPT), run_name="eval_under_test")
+    assert module["run_main"](module["main"], argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "could not start" in err[0] and "--model-path" in err[0]
+    run_dir = out / "transformers_tiny-qwen2-vl" / "oracle_none"
+    assert not (run_dir / "run_manifest.json").exists()
+    assert not (run_dir / "records.jsonl").exists()
+
+    shutil.copy(tiny_model / "model.safetensors", broken / "model.safetensors")
+    assert module["run_main"](module["main"], argv) == 0
+    assert read_records(run_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import runpy
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import vllm_stub
 from local_provider_helpers import (
+    EVAL_SCRIPT,
     ROOT,
     load_by_path,
     read_manifest,
@@ -23,7 +25,7 @@ from local_provider_helpers import (
     write_marked_bundle,
 )
 
-from utils.errors import ConfigError, MissingDependencyError, ProviderError
+from utils.errors import ConfigError, EngineStartError, MissingDependencyError, ProviderError
 from utils.llm import create_model
 from utils.llm.base import Message, TurnRequest
 from utils.llm.vllm_provider import default_tensor_parallel_size, visible_gpu_count
@@ -292,3 +294,133 @@ def test_gpu_check_script_fails_fast_without_a_gpu():
                          check=False, timeout=60)
     assert run.returncode == 2
     assert "needs a machine with an NVIDIA GPU" in run.stderr
+
+
+# ------------------------------------------------------------ an engine that cannot start
+def _context_2048(folder: Path) -> Path:
+    """``model_dir`` whose config.json declares 2,048 positions (the tiny Qwen2-VL's)."""
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": "qwen2_vl", "text_config": {"max_position_embeddings": 2048}}),
+        encoding="utf-8")
+    return folder
+
+
+def _cli(argv: list[str]) -> int:
+    module = runpy.run_path(str(EVAL_SCRIPT), run_name="eval_under_test")
+    return module["run_main"](module["main"], argv)
+
+
+def test_engine_that_cannot_start_stops_the_cli_before_the_run_folder(stub, model_dir,
+                                                                       tmp_path, capsys):
+    """--max-model-len over the model's context: exit 2 naming the flag, no manifest, no record;
+    the corrected command then runs in the same output folder (issue 20, item 1)."""
+    _context_2048(model_dir)
+    bench = tmp_path / "bench"
+    write_marked_bundle(bench)
+    out = tmp_path / "out"
+    argv = ["--benchmark-dir", str(bench), "--output-path", str(out), "--provider",
+            "opensource", "--model", "tiny", "--model-path", str(model_dir),
+            "--oracle_setting", "none", "--max-new-tokens", "64", "--no-progress"]
+    assert _cli([*argv, "--max-model-len", "4096"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1
+    assert "could not start" in err[0] and "--max-model-len" in err[0]
+    assert "User-specified max_model_len (4096)" in err[0]
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" not in err[0]  # vLLM's advice is not ours
+    assert stub.LLM.attempts == [str(model_dir)] and not stub.LLM.instances  # tried once
+    run_dir = out / "opensource_tiny" / "oracle_none"
+    assert not (run_dir / "run_manifest.json").exists()
+    assert not (run_dir / "records.jsonl").exists()
+
+    assert _cli([*argv, "--max-model-len", "2048"]) == 0
+    assert Counter(r["key_id"] for r in read_records(run_dir)) == Counter(turns_per_case(bench))
+    assert read_manifest(run_dir)["provider_settings"]["max_model_len"] == 2048
+
+
+def test_a_failed_start_is_raised_again_never_tried_again_never_an_answer(stub, model_dir):
+    _context_2048(model_dir)
+    model = create_model("opensource", "tiny", model_path=str(model_dir), max_model_len=4096)
+    with pytest.raises(EngineStartError) as first:
+        model.start()
+    assert first.value.fix.startswith("lower --max-model-len")
+    assert isinstance(first.value.__cause__, ValueError)  # vLLM's own error is kept
+    # the next request batch (and its halving retries) neither loads again nor gets answers
+    with pytest.raises(EngineStartError) as again:
+        model.generate([_request("a"), _request("b")])
+    assert again.value is first.value
+    (model_dir / "chat_template.jinja").unlink()  # the fingerprint then asks the engine
+    with pytest.raises(EngineStartError):
+        model.describe()
+    assert stub.LLM.attempts == [str(model_dir)]
+
+
+def test_a_request_vllm_rejects_after_the_start_is_still_its_own_error(stub, model_dir,
+                                                                       tmp_path):
+    """Start and request errors are told apart by when they happen, not by their type:
+    a ValueError from ``LLM.chat`` stays that request's ``error``."""
+    _context_2048(model_dir)
+    image = tmp_path / "x.png"
+    vllm_stub.Image.new("RGB", (4, 4), (40, 40, 40)).save(image)
+    model = create_model("opensource", "tiny", model_path=str(model_dir), max_model_len=64)
+    model.start()
+    history = (Message("system", "sys"), Message("user", "first", (image,)),
+               Message("assistant", "Answer: 1"))
+    out = model.generate([TurnRequest(history + (Message("user", "x" * 400),)),
+                          TurnRequest(history + (Message("user", "ok"),))])
+    assert [c.status for c in out] == ["error", "ok"]
+    assert "longer than the maximum model length" in out[0].error
+    assert len(stub.LLM.attempts) == 1
+
+
+@pytest.mark.parametrize(("failure", "cause", "fixes"), [
+    (ValueError("To serve at least one request with the model's max seq len (65536), (6.00 GiB "
+                "KV cache is needed, which is larger than the available KV cache memory (1.20 "
+                "GiB). Based on the available memory, the estimated maximum model length is "
+                "13088. Try increasing `gpu_memory_utilization` (which also controls CPU memory "
+                "on the CPU backend) or decreasing `max_model_len` when initializing the "
+                "engine."),
+     "6.00 GiB KV cache is needed", ("--max-model-len", "--gpu-memory-utilization")),
+    (ValueError("No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine."),
+     "No available memory for the cache blocks", ("--gpu-memory-utilization",)),
+    (ValueError("Free memory on device cuda:0 (10.1/79.2 GiB) on startup is less than desired "
+                "GPU memory utilization (0.85, 67.3 GiB). Decrease GPU memory utilization or "
+                "reduce GPU memory used by other processes."),
+     "less than desired GPU memory utilization", ("lower --gpu-memory-utilization",)),
+    (MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "CUDA out of memory",
+     ("--max-model-len", "--tensor-parallel-size")),
+    (RuntimeError("CUDA error: no CUDA-capable device is detected"), "no CUDA-capable device",
+     ("CUDA setup", "not a flag")),
+    (ValueError("Invalid repository ID or local directory specified: '/models/x'.\nPlease "
+                "verify the following requirements:"), "Invalid repository ID",
+     ("--model-path",)),
+    (RuntimeError("Engine core initialization failed. See root cause above. Failed core "
+                  "proc(s): {'EngineCore_DP0': 1}"), "Engine core initialization failed",
+     ("root cause vLLM printed above", "--gpu-memory-utilization")),
+    (RuntimeError("something vLLM never said before\nsecond line"),
+     "RuntimeError: something vLLM never said before", ("vLLM's output above",)),
+])
+def test_start_failures_name_their_cause_and_fix(stub, model_dir, failure, cause, fixes):
+    stub.LLM.start_failure = failure
+    model = create_model("opensource", "tiny", model_path=str(model_dir))
+    with pytest.raises(EngineStartError) as info:
+        model.start()
+    message = str(info.value)
+    assert "\n" not in message and cause in message
+    assert all(fix in info.value.fix for fix in fixes)
+    assert message.endswith(f"Fix: {info.value.fix}")
+
+
+def test_a_start_failure_chained_under_another_error_is_found(stub, model_dir):
+    """vLLM wraps some causes (a pydantic ValidationError, a RuntimeError ``from`` the cause)."""
+    try:
+        try:
+            raise MemoryError("out of memory while loading the weights")
+        except MemoryError as inner:
+            raise RuntimeError("1 validation error for ModelConfig") from inner
+    except RuntimeError as outer:
+        stub.LLM.start_failure = outer
+    model = create_model("opensource", "tiny", model_path=str(model_dir))
+    with pytest.raises(EngineStartError, match="MemoryError: out of memory") as info:
+        model.start()
+    assert "--gpu-memory-utilization" in info.value.fix

@@ -6,6 +6,11 @@ against ``limit_mm_per_prompt`` and the prompt length against ``max_model_len`` 
 the whole call). ``LLM.chat`` keeps every call and answers each conversation with
 ``responder(conversation) -> (text, finish_reason)``.
 
+Starting the engine fails as vLLM's does: ``max_model_len`` above the context that a local model
+folder's ``config.json`` declares is vLLM 0.32's ValueError (same text), and an exception set on
+``module.LLM.start_failure`` is raised by every construction (an engine process that dies, out
+of memory). ``module.LLM.attempts`` counts the constructions tried, failed ones included.
+
 Install with ``monkeypatch.setitem(sys.modules, "vllm", make_vllm_module(responder))``.
 """
 
@@ -13,9 +18,11 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
@@ -102,6 +109,37 @@ class _Tokenizer:
     chat_template = "{{ messages }} stub template"
 
 
+def derived_max_model_len(model: str) -> int | None:
+    """``max_position_embeddings`` of a local folder's ``config.json`` (its text config's)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    value = (config.get("text_config") or {}).get("max_position_embeddings",
+                                                   config.get("max_position_embeddings"))
+    return int(value) if value else None
+
+
+def check_max_model_len(model: str, max_model_len: int | None) -> None:
+    """vLLM 0.32's config check (``vllm/config/model.py``), with its message.
+
+    vLLM raises it inside pydantic's validation of ``ModelConfig``, so what ``LLM(...)``
+    raises is a ``pydantic_core.ValidationError`` (a ValueError) with this text.
+    """
+    derived = derived_max_model_len(model)
+    if max_model_len is not None and derived is not None and max_model_len > derived:
+        msg = (f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+               f"max_model_len (max_position_embeddings={float(derived)} or "
+               f"model_max_length=None in model's config.json).")
+        raise ValueError(f"1 validation error for ModelConfig\n  Value error, {msg} To allow "
+                         f"overriding this maximum, set the env var "
+                         f"VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must "
+                         f"be used with extreme caution. [type=value_error, "
+                         f"input_value=ArgsKwargs((), {{'model': ...}}), "
+                         f"input_type=ArgsKwargs]\n    For further information visit "
+                         f"https://errors.pydantic.dev/2.14/v/value_error")
+
+
 def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]] | None = None,
                      ) -> types.ModuleType:
     """A fresh ``vllm`` stand-in; ``module.LLM.instances`` lists the engines created."""
@@ -109,6 +147,8 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
 
     class LLM:
         instances: list[LLM] = []
+        attempts: list[str] = []
+        start_failure: BaseException | None = None
 
         def __init__(self, model: str, *, tokenizer: str | None = None,
                      tensor_parallel_size: int = 1, dtype: str = "auto",
@@ -119,6 +159,10 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
                      max_num_seqs: int | None = None, enforce_eager: bool = False,
                      mm_processor_kwargs: dict[str, Any] | None = None,
                      revision: str | None = None, disable_log_stats: bool = True) -> None:
+            LLM.attempts.append(model)
+            if LLM.start_failure is not None:
+                raise LLM.start_failure
+            check_max_model_len(model, max_model_len)
             self.engine_kwargs = {
                 "model": model, "tokenizer": tokenizer,
                 "tensor_parallel_size": tensor_parallel_size, "dtype": dtype,

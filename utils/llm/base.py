@@ -245,6 +245,20 @@ class ChatModel(abc.ABC):
             ProviderError: If the server never became ready or serves another model.
         """
 
+    def start(self) -> None:  # noqa: B027 - optional hook
+        """Build or load the engine before the first request (offline engines; once).
+
+        Called after :meth:`preflight` and the budget check, and before the run folder is
+        opened, so an engine that cannot start leaves no manifest and no record
+        (docs/engines.md, "Faults"). A provider whose engine failed to start raises the same
+        error again on every later call and never tries again per request. The default does
+        nothing (API providers, baselines).
+
+        Raises:
+            EngineStartError: If the engine cannot be built or loaded (names the cause and the
+                flag that fixes it).
+        """
+
     def prompt_limits(self) -> PromptLimits:
         """The context, output-token and image limits of one request (unknowns are None).
 

@@ -16,18 +16,32 @@ Requests are fitted to the chat template before rendering (system role, strict a
 probed once per model: docs/chat_templates.md), and a request that the template, the processor
 or the context rejects fails alone, with its reason ("One bad request fails alone").
 
-torch and transformers are imported when the model is created, never at module import.
+torch and transformers are imported when the model is created, never at module import. The
+weights load then too, before the run folder is opened: a model that cannot load (missing
+weights, out of memory, a CUDA error, an architecture transformers does not know) is an
+:class:`~utils.errors.EngineStartError` naming the flag that fixes it (:data:`START_RULES`;
+docs/engines.md, "Faults"), never a request's ``error``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 import time
 from typing import Any
 
 from utils.deps import require
 from utils.errors import ChexperceptError, ConfigError
+from utils.llm._engine_start import (
+    CUDA_SETUP,
+    CUDA_SETUP_FIX,
+    MISSING_MODEL,
+    MODEL_FIX,
+    OUT_OF_MEMORY,
+    StartRule,
+    start_error,
+)
 from utils.llm._images import load_rgb
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 from utils.llm.chat_format import (
@@ -46,6 +60,24 @@ logger = logging.getLogger(__name__)
 
 #: Conversations per ``generate`` call when ``--batch-size`` is not given.
 DEFAULT_BATCH_SIZE = 8
+
+#: Why a model cannot load, and the flag that fixes it, most specific first (docs/engines.md,
+#: "Faults"; transformers 5.x and huggingface_hub messages).
+START_RULES = (
+    StartRule(OUT_OF_MEMORY, "a GPU with more free memory, --device auto (spreads the model "
+                             "over every visible GPU; needs accelerate) or --device cpu"),
+    StartRule(CUDA_SETUP, f"{CUDA_SETUP_FIX}; or --device cpu"),
+    StartRule(MISSING_MODEL, MODEL_FIX),
+    StartRule(re.compile(r"Unrecognized (configuration class|processing class|model|image "
+                         r"processor)|does not recognize this architecture"),
+              "--model: one this transformers release loads as image-text-to-text (or "
+              "--provider opensource, or a newer transformers)"),
+    StartRule(re.compile(r"ModuleNotFoundError|ImportError|requires the following packages"),
+              "install the package the model's code imports (named in the cause) in this "
+              "environment"),
+)
+#: The fix named when the failure is none of :data:`START_RULES`.
+START_FALLBACK_FIX = "--log-level DEBUG shows the traceback"
 
 
 def _error(message: str) -> Completion:
@@ -105,6 +137,8 @@ class TransformersChatModel(ChatModel):
         MissingDependencyError: If torch or transformers is missing.
         ConfigError: For a model this provider cannot run, a bad ``device``, or an unknown
             option or invalid value (names it).
+        EngineStartError: If the processor or the weights cannot be loaded or placed on the
+            device (names the cause and the flag that fixes it).
     """
 
     provider = "transformers"
@@ -142,10 +176,16 @@ class TransformersChatModel(ChatModel):
         self._v5 = int(self.transformers_version.split(".")[0]) >= 5
         logger.info("transformers: loading %s on %s (%s, batch size %d)", self.spec.source,
                     self.device_map or self.device, self.dtype_name, self.batch_size)
-        if self.hulu:
-            self._load_hulu()
-        else:
-            self._load_generic()
+        try:
+            if self.hulu:
+                self._load_hulu()
+            else:
+                self._load_generic()
+        except ChexperceptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every load failure stops the run
+            raise start_error(f"the transformers model {self.spec.source}", exc, START_RULES,
+                              fallback_fix=START_FALLBACK_FIX) from exc
         self._eos_ids = self._find_eos_ids()
         #: Prompt tokens the model takes (``max_position_embeddings``), None when unknown.
         self.context_tokens = self._find_context()

@@ -15,8 +15,11 @@ without a GPU: tensor parallel size 1, and ``gpu_memory_utilization`` is then th
 CPU memory vLLM reserves (default :data:`DEFAULT_CPU_MEMORY_UTILIZATION`).
 
 ``vllm`` is imported when the model is created, never at module import; the engine itself loads
-on first use (:meth:`VLLMChatModel.load`), so :meth:`VLLMChatModel.prompt_limits` can check the
-benchmark's dialogues against the context and image limits before minutes go into loading.
+in :meth:`VLLMChatModel.start` (called after the budget check, before the run folder is opened),
+so :meth:`VLLMChatModel.prompt_limits` can check the benchmark's dialogues against the context
+and image limits before minutes go into loading. An engine that cannot start is an
+:class:`~utils.errors.EngineStartError` naming the flag that fixes it (:data:`START_RULES`), never
+a request's ``error``, and it is not tried again (docs/engines.md, "Faults").
 
 ``engine="async"`` (``--vllm-engine async``) drives vLLM's asynchronous engine (``AsyncLLM``)
 from the Stage 03 async runner instead: each case's next turn is submitted the moment its previous
@@ -30,12 +33,22 @@ import asyncio
 import itertools
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from utils.deps import require
-from utils.errors import ChexperceptError, ConfigError, ProviderError
+from utils.errors import ChexperceptError, ConfigError, EngineStartError, ProviderError
+from utils.llm._engine_start import (
+    CUDA_SETUP,
+    CUDA_SETUP_FIX,
+    MISSING_MODEL,
+    MODEL_FIX,
+    OUT_OF_MEMORY,
+    StartRule,
+    start_error,
+)
 from utils.llm._images import image_data_url
 from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.chat_format import (
@@ -71,6 +84,34 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
 #: for weights, activations and KV cache: vLLM refuses to start when less than that is free, so
 #: the GPU default (0.85, plus vLLM's own 0.92 on CPU) fails on any machine running something else.
 DEFAULT_CPU_MEMORY_UTILIZATION = 0.5
+
+#: What vLLM says when its engine cannot start, and the flag that fixes it, most specific first
+#: (docs/engines.md, "Faults"; the messages are vLLM 0.3x's). vLLM checks its config in this
+#: process; memory and weights are checked in the engine's own process, whose root cause vLLM
+#: prints to stderr and reports here only as "Engine core initialization failed".
+START_RULES = (
+    StartRule(re.compile(r"max_model_len \(\d+\) is greater than the derived"),
+              "lower --max-model-len to the model's context (max_position_embeddings in its "
+              "config.json) or less, or leave it unset"),
+    StartRule(re.compile(r"KV cache is needed, which is larger than the available KV cache"),
+              "lower --max-model-len or raise --gpu-memory-utilization (on vLLM's CPU build: "
+              "the fraction of the machine's memory vLLM reserves)"),
+    StartRule(re.compile(r"No available memory for the cache blocks"),
+              "raise --gpu-memory-utilization (on vLLM's CPU build: the fraction of the "
+              "machine's memory vLLM reserves), or a model that leaves room for the KV cache"),
+    StartRule(re.compile(r"less than desired GPU memory utilization"),
+              "lower --gpu-memory-utilization, or free the GPU memory other processes hold"),
+    StartRule(OUT_OF_MEMORY, "lower --max-model-len or --gpu-memory-utilization, or raise "
+                             "--tensor-parallel-size (more GPUs)"),
+    StartRule(CUDA_SETUP, CUDA_SETUP_FIX),
+    StartRule(MISSING_MODEL, MODEL_FIX),
+    StartRule(re.compile(r"Engine core initialization failed"),
+              "see the root cause vLLM printed above (out of memory: --gpu-memory-utilization, "
+              "--max-model-len, --tensor-parallel-size; missing weights: --model / "
+              "--model-path)"),
+)
+#: The fix named when vLLM's message is none of :data:`START_RULES`.
+START_FALLBACK_FIX = "see vLLM's output above (or --log-level DEBUG) for the root cause"
 
 
 def is_cpu_build(vllm: Any) -> bool:
@@ -263,6 +304,8 @@ class VLLMChatModel(ChatModel):
         self.vllm_version = str(getattr(self._vllm, "__version__", "unknown"))
         self._llm: Any = None
         self._sampling: Any = None
+        #: Why the engine could not start (raised again, never retried), or None.
+        self._start_error: EngineStartError | None = None
         self._fingerprint: dict[str, str | None] | None = None
         self._chat_format: ChatFormat | None = None
         self._async_llm: Any = None
@@ -272,14 +315,48 @@ class VLLMChatModel(ChatModel):
         self._request_ids = itertools.count()
 
     # ------------------------------------------------------------------- engine
+    def start(self) -> None:
+        """Start the engine of :attr:`engine_mode` before the first request (once).
+
+        ``batched``: the ``vllm.LLM`` (:meth:`load`); ``async``: the ``AsyncLLM``, built outside
+        any event loop and adopted by the first loop that uses it (vLLM starts its output
+        handler lazily).
+
+        Raises:
+            EngineStartError: If the engine cannot be built or loaded; raised again by every
+                later call, without a second attempt.
+        """
+        if self.engine_mode == "async":
+            if self._async_llm is None:
+                self._build_async_engine()
+        else:
+            self.load()
+
+    def _start_failed(self, exc: Exception) -> EngineStartError:
+        """Remember (and return) the :class:`EngineStartError` of ``exc``."""
+        self._start_error = start_error(f"the vLLM engine of {self.spec.source}", exc,
+                                        START_RULES, fallback_fix=START_FALLBACK_FIX)
+        return self._start_error
+
     def load(self) -> Any:
-        """Start the engine (once; minutes for a large model) and return the ``vllm.LLM``."""
+        """Start the engine (once; minutes for a large model) and return the ``vllm.LLM``.
+
+        Raises:
+            EngineStartError: If ``vllm.LLM(...)`` raised (the cause and the flag that fixes
+                it); every later call raises it again without trying to start again.
+        """
+        if self._start_error is not None:
+            raise self._start_error
         if self._llm is None:
             where = "CPU (vLLM's CPU build)" if self.cpu else \
                 f"TP {self.tensor_parallel_size} of {self.visible_gpus} visible GPU(s)"
             logger.info("vLLM: loading %s on %s, max_model_len %s", self.spec.source, where,
                         self.engine_kwargs.get("max_model_len", "model default"))
-            self._llm = self._vllm.LLM(**self.engine_kwargs)
+            try:
+                llm = self._vllm.LLM(**self.engine_kwargs)
+            except Exception as exc:  # noqa: BLE001 - every start failure stops the run
+                raise self._start_failed(exc) from exc
+            self._llm = llm
             self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
                                                        max_tokens=self.max_tokens,
                                                        seed=self.seed)
@@ -308,8 +385,9 @@ class VLLMChatModel(ChatModel):
 
     # ------------------------------------------------------------------ manifest
     def _template_fallback(self) -> str | None:
+        llm = self.load()  # an engine that cannot start stops the run (EngineStartError)
         try:
-            return getattr(self.load().get_tokenizer(), "chat_template", None) or None
+            return getattr(llm.get_tokenizer(), "chat_template", None) or None
         except Exception:  # noqa: BLE001 - a fingerprint must never stop a run
             return None
 
@@ -474,23 +552,45 @@ class VLLMChatModel(ChatModel):
         return [c if c is not None else _error("no completion") for c in completions]
 
     # --------------------------------------------------------- asynchronous engine
-    def _async_engine(self) -> Any:
-        """The ``AsyncLLM`` of the running event loop (started on first use in that loop)."""
-        loop = asyncio.get_running_loop()
-        if self._async_llm is None or self._async_loop is not loop:
-            self._shutdown_async()
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
+    def _build_async_engine(self) -> Any:
+        """Build the ``AsyncLLM`` (not bound to an event loop until one uses it).
 
-            logger.info("vLLM: loading %s in the asynchronous engine, max_model_len %s",
-                        self.spec.source, self.engine_kwargs.get("max_model_len", "default"))
-            started = time.perf_counter()
+        Raises:
+            EngineStartError: As :meth:`load`.
+        """
+        if self._start_error is not None:
+            raise self._start_error
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        logger.info("vLLM: loading %s in the asynchronous engine, max_model_len %s",
+                    self.spec.source, self.engine_kwargs.get("max_model_len", "default"))
+        started = time.perf_counter()
+        try:
             self._async_llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs))
-            self.async_load_s = round(time.perf_counter() - started, 2)
-            self._async_loop = loop
-            self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
-                                                       max_tokens=self.max_tokens,
-                                                       seed=self.seed)
+        except Exception as exc:  # noqa: BLE001 - every start failure stops the run
+            raise self._start_failed(exc) from exc
+        self.async_load_s = round(time.perf_counter() - started, 2)
+        self._async_loop = None
+        self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
+                                                   max_tokens=self.max_tokens, seed=self.seed)
+        return self._async_llm
+
+    def _async_engine(self) -> Any:
+        """The ``AsyncLLM`` of the running event loop.
+
+        The engine :meth:`start` built is adopted by the first loop that asks; a later loop
+        gets a new one (the old one is shut down).
+
+        Raises:
+            EngineStartError: As :meth:`load`.
+        """
+        loop = asyncio.get_running_loop()
+        if self._async_llm is not None and self._async_loop not in (None, loop):
+            self._shutdown_async()
+        if self._async_llm is None:
+            self._build_async_engine()
+        self._async_loop = loop
         return self._async_llm
 
     async def _render(self, engine: Any, conversation: list[dict[str, Any]]) -> Any:

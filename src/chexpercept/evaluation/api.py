@@ -162,7 +162,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         ConfigError: On bad settings, an unknown provider option, or a run folder with another
             manifest.
         ProviderError: On a fault that stops the run (credentials, quota, unknown model, a
-            first turn over the context, a dead server).
+            first turn over the context, a dead server); ``EngineStartError`` for an offline
+            engine that cannot start (raised before the run folder is opened).
         SchemaError: On an invalid bundle or corrupt records.
     """
     provider_class(provider)  # fail fast on an unavailable provider, before any work
@@ -190,6 +191,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     try:
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
         check_budget(cases, chat_model)  # before the offline engine loads
+        chat_model.start()  # an engine that cannot start leaves no manifest, no record
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
                     model_name, oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier
