@@ -6,6 +6,9 @@ process SIGKILLs itself when a batch holds the request ``$CHEXPERCEPT_TEST_DIE_A
 ``$CHEXPERCEPT_TEST_DIE_MARKER`` does not exist yet (it creates the file first, so a restarted
 replica answers); with ``$CHEXPERCEPT_TEST_DIE_ALWAYS=1`` it dies every time.
 It logs the batch (``start``) before dying, as a replica that dies mid-batch.
+``StartFailsEchoModel`` is one whose engine cannot start: ``start()`` logs an ``engine`` line and
+raises ``EngineStartError`` (as the vLLM provider does for ``--max-model-len`` over the model's
+context).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from stage03_plugin import SlowEchoModel
 
+from utils.errors import EngineStartError
 from utils.llm.base import Completion, TurnRequest
 
 DIE_AT_ENV = "CHEXPERCEPT_TEST_DIE_AT"
@@ -35,3 +39,13 @@ class DyingEchoModel(SlowEchoModel):
                 self._log("start", requests)
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().generate(requests)
+
+
+class StartFailsEchoModel(SlowEchoModel):
+    """SlowEchoModel whose engine cannot start (each replica's ``start()`` raises)."""
+
+    def start(self) -> None:
+        self._log("engine", [])
+        raise EngineStartError("the test engine could not start (ValueError: max_model_len "
+                               "over the model's context); nothing was asked or recorded. "
+                               "Fix: lower --max-model-len", fix="lower --max-model-len")

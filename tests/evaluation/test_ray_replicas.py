@@ -32,7 +32,7 @@ from chexpercept.evaluation import EvalSettings, load_bundle, select_key_ids, va
 from chexpercept.evaluation.api import evaluate
 from chexpercept.evaluation.replicas import RayReplicas, run_replicated, start_replicas
 from utils.cli import run_main
-from utils.errors import MissingDependencyError, ProviderError
+from utils.errors import EngineStartError, MissingDependencyError, ProviderError
 
 require_ray()
 
@@ -212,6 +212,20 @@ def test_a_replica_that_keeps_dying_stops_the_run_and_a_rerun_resumes(cluster, b
     assert again.turns_resumed == len(records) and again.cases_finished == 7
     one = _run(bench, tmp_path / "one", ECHO, model="echo")
     _same_results(one, again)
+
+
+def test_an_engine_that_cannot_start_stops_before_the_run_folder(cluster, bench, tmp_path,
+                                                                 plugin_env):
+    """Every replica's engine starts before the run folder is opened (issue 20, item 1): one
+    that cannot start stops the run with its own error, no manifest, no record, no request."""
+    with pytest.raises(EngineStartError, match="Fix: lower --max-model-len"):
+        _run(bench, tmp_path / "many", "ray_plugin:StartFailsEchoModel", model="echo",
+             replicas=2)
+    run_dir = tmp_path / "many" / "slowecho_echo" / "oracle_implicit"
+    assert not io.run_manifest_path(run_dir).exists()
+    assert not io.records_path(run_dir).exists()
+    events = [e["event"] for e in _events(plugin_env)]
+    assert "engine" in events and "start" not in events  # no generate call reached a replica
 
 
 def _kill_when_half_done(proc, records: Path, timeout_s: float = 90.0) -> int:

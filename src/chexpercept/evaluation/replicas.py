@@ -167,6 +167,15 @@ class ReplicatedModel(ChatModel):
         """Every replica's preflight."""
         self.pool.call("preflight", {i: () for i in range(self.pool.size)}, count=False)
 
+    def start(self) -> None:
+        """Start every replica's engine now, and a restarted replica's before its next batch.
+
+        Raises:
+            EngineStartError: What the first replica whose engine cannot start raised (the
+                run stops before its folder is opened; docs/engines.md, "Faults").
+        """
+        self.pool.setup("start")
+
     def assign(self, key_ids: Iterable[str]) -> None:
         """Give each new key_id a replica: round robin in the order given (selection order).
 
@@ -317,7 +326,7 @@ def evaluate_on_ray(bundle: Bundle, cases: Sequence[EvalCase], settings: EvalSet
                     run_dir: Path, ray: RayReplicas, *, options: Mapping[str, Any],
                     overwrite: bool = False,
                     progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
-    """Start the replicas, check the budget in replica 0, run, and end the replicas.
+    """Start the replicas, check the budget in replica 0, start the engines, run, end them.
 
     Args:
         bundle: The loaded benchmark.
@@ -336,6 +345,7 @@ def evaluate_on_ray(bundle: Bundle, cases: Sequence[EvalCase], settings: EvalSet
     try:
         model.preflight()
         model.pool.apply_one(0, _check_budget, list(cases))
+        model.start()  # every engine up before the run folder is opened
         logger.info("provider %s, model %s, oracle %s, %d case(s) on %d replica(s) -> %s",
                     settings.provider, settings.model, settings.oracle_setting, len(cases),
                     ray.replicas, run_dir)
