@@ -21,11 +21,13 @@ from chexpercept.analysis import (
 )
 from chexpercept.analysis.bootstrap import (
     GROUPS,
+    MIN_BOOTSTRAP_CASES,
     _strata,
-    bootstrap_means,
+    expanded_levels,
     group_matrix,
     masked_values,
-    percentile_ci,
+    resampled_cells,
+    wilson_interval,
 )
 from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, STAGE_FIELDS
 from chexpercept.errors import SchemaError
@@ -266,17 +268,38 @@ def _dense_bootstrap_means(table, weights):
 
 def test_stratified_bootstrap_equals_the_dense_product(builders):
     table = case_table("x", {c["key_id"]: c for c in _varied_cases(builders.make_case, 90)})
+    assert len(_strata(table)) == 9  # 3 lesions x 3 paths of 10 cases: resampled apart
     weights = strata_weights(table, 130, seed=4)  # not a multiple of the product block
     dense = _dense_bootstrap_means(table, weights)
-    assert np.array_equal(bootstrap_means(table, weights), dense, equal_nan=True)
-    low, high = percentile_ci(dense)
-    cells = cell_stats(table, n_boot=130, seed=4)
-    assert np.array_equal(cells.ci_low, low, equal_nan=True)
-    assert np.array_equal(cells.ci_high, high, equal_nan=True)
-    assert cells.n_boot == 130 and cells.ci_low.shape == (len(GROUPS), len(METRICS))
-    given = cell_stats(table, weights=weights)
-    assert np.array_equal(given.ci_low, low, equal_nan=True)
-    assert len(_strata(table)) == 9  # 3 lesions x 3 paths
+    values, ok = masked_values(table)
+    cells = resampled_cells(table, values, ok, n_boot=130, seed=4)
+    n = cells.n
+    big = n >= MIN_BOOTSTRAP_CASES
+    assert big.any() and cells.stratified[big].all() and not cells.stratified[~big].any()
+    # the per-stratum products pooled into groups are the dense product, bit for bit
+    assert np.array_equal(cells.sums[:, big] / n[big], dense[:, big])
+    assert np.isnan(cells.sums[:, ~big]).all()
+    # degrees of freedom: n minus the strata with counted cases in the cell
+    gm = group_matrix(table)
+    n_strata = sum(((gm[rows].any(axis=0)[:, None]) & ok[rows].any(axis=0)[None, :])
+                   .astype(int) for _, _, rows in _strata(table))
+    assert np.array_equal(cells.df, np.where(big, n - n_strata, 0))
+    # depth: expanded percentiles of the dense resampled means; accuracies: Wilson
+    stats = cell_stats(table, n_boot=130, seed=4)
+    assert stats.n_boot == 130 and stats.ci_low.shape == (len(GROUPS), len(METRICS))
+    d = METRICS.index("depth")
+    for g in np.flatnonzero(big[:, d]):
+        level = expanded_levels(n[g, d], cells.df[g, d])
+        want = np.quantile(dense[:, g, d], [level, 1 - level])
+        assert (stats.ci_low[g, d], stats.ci_high[g, d]) == pytest.approx(tuple(want),
+                                                                         rel=1e-12)
+    binary = big.copy()
+    binary[:, d] = False
+    k = np.round(stats.value * n)
+    low, high = wilson_interval(k[binary], n[binary])
+    assert np.array_equal(stats.ci_low[binary], low)
+    assert np.array_equal(stats.ci_high[binary], high)
+    assert np.isnan(stats.ci_low[~big]).all() and np.isnan(stats.ci_high[~big]).all()
 
 
 def _same(a, b):

@@ -1,9 +1,10 @@
 """Stage 04: paired comparison of two runs on the same cases (bootstrap difference + McNemar).
 
 Both runs' :class:`~chexpercept.analysis.case_table.CaseTable` rows are aligned by key_id;
-the difference ``B - A`` of every cell mean gets a paired 95% bootstrap interval (the same
-stratified resamples for both runs, :func:`bootstrap.strata_weights`; docs/metrics.md,
-"Bootstrap"), and every binary metric
+the difference ``B - A`` of every cell mean gets a paired 95% bootstrap interval (the per-case
+differences resampled as :func:`bootstrap.bootstrap_interval` resamples a depth: within lesion
+x path strata where each has enough cases, else the cell as one; expanded percentiles;
+docs/metrics.md, "Bootstrap"), and every binary metric
 McNemar's test on the discordant cases (exact two-sided binomial test below
 :data:`EXACT_BELOW` discordant cases, else the continuity-corrected chi-square; McNemar 1947,
 Edwards 1948).
@@ -21,11 +22,10 @@ import numpy as np
 from chexpercept.analysis.bootstrap import (
     GROUP_INDEX,
     MIN_BOOTSTRAP_CASES,
-    bootstrap_means,
+    bootstrap_interval,
     group_matrix,
     masked_values,
-    percentile_ci,
-    strata_weights,
+    value_range,
 )
 from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, CaseTable, structural
 from chexpercept.errors import InputError
@@ -168,10 +168,10 @@ def paired_comparison(a: CaseTable, b: CaseTable, *, n_boot: int, seed: int,
         mean_a = np.where(n > 0, (gm.T @ va) / safe, np.nan)
         mean_b = np.where(n > 0, (gm.T @ vb) / safe, np.nan)
     if n_boot > 0 and a.n_cases:
-        weights = strata_weights(a, n_boot, seed)
-        low, high = percentile_ci(bootstrap_means(b, weights) - bootstrap_means(a, weights))
-        small = n < MIN_BOOTSTRAP_CASES  # too few cases for an interval: the count is shown
-        low, high = np.where(small, np.nan, low), np.where(small, np.nan, high)
+        # the per-case difference, resampled once: both runs see the same resamples (paired)
+        _, highest = value_range(a)
+        low, high = bootstrap_interval(a, np.where(ok, vb - va, 0.0), ok, -highest, highest,
+                                       n_boot=n_boot, seed=seed)
     else:
         low = high = np.full(n.shape, np.nan)
     rows = []

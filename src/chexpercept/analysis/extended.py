@@ -10,7 +10,7 @@ The new tables (:data:`EXTENDED_CSVS`; docs/metrics.md, "Output files"; docs/dif
 D44) are written next to the release CSVs (never changing them): in
 ``all_models_oracle_<setting>/`` in all-models mode, in the run's ``oracle_<setting>/`` folder
 in single-model mode. Every table is long format, carries the number of cases behind each
-cell (``n_cases``), 95% bootstrap bounds (``ci_low``/``ci_high``; docs/metrics.md,
+cell (``n_cases``), 95% interval bounds (``ci_low``/``ci_high``; docs/metrics.md,
 "Bootstrap") and a ``chance`` row group (uniform guessing, ``model = chance``), except
 ``stage_status.csv`` (answer statuses and missing stages, not accuracies). Values are
 fractions in [0, 1] (depth in stages); an empty cell (no cases) is an empty field.

@@ -1,7 +1,8 @@
 """Stage 04: ``report.md`` in ``all_models_oracle_<setting>/``: main tables, plot and viewer links.
 
-Accuracies are shown in percent with their 95% bootstrap interval (``(n=k)`` instead for a cell
-of fewer than ``bootstrap.MIN_BOOTSTRAP_CASES`` cases), ``n/a`` for an empty cell;
+Accuracies are shown in percent with their 95% interval (Wilson; depth: bootstrap;
+docs/metrics.md, "Bootstrap"; ``(n=k)`` instead for a cell of fewer than
+``bootstrap.MIN_BOOTSTRAP_CASES`` cases), ``n/a`` for an empty cell;
 the chance row is the uniform-guess baseline. The full tables are the CSVs it links
 (docs/metrics.md, "Output files").
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
-from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, CellStats
+from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.release_tables import SETTINGS
@@ -168,8 +169,11 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
                       str(a.table.n_cases), str(int(a.table.missing.sum())),
                       str(len(a.unfinished))]
                      for a in analyses if a.run is not None])
-    ci = (f"95% percentile bootstrap intervals, {n_boot} resamples of cases within each "
-          f"lesion x path stratum (seed {seed})" if n_boot else "no intervals (--bootstrap 0)")
+    ci = (f"95% intervals: Wilson score for accuracies; for depth a bootstrap of {n_boot} "
+          f"resamples of cases within each lesion x path stratum, or of the cell's cases "
+          f"together where a stratum has fewer than {MIN_STRATUM_CASES} (seed {seed}); "
+          f"`(n=k)`: fewer than {MIN_BOOTSTRAP_CASES} cases, no interval" if n_boot
+          else "no intervals (--bootstrap 0)")
     lines += [f"Values in percent, {ci}. `chance` = uniform guessing ({benchmark_note}). "
               "`end_to_end`: the stage and every earlier stage correct; `oracle_passed`: the "
               "stage on its own. Depth: stages answered correctly from stage 1 (max 4 / 3 / 1 "
