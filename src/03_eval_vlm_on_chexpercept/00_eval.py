@@ -206,9 +206,11 @@ def _add_api_args(parser: argparse.ArgumentParser) -> None:
                        help="api_keys.yaml, read only when the provider's key is not in the "
                             "environment (default: api_info/api_keys.yaml in the repository).")
     group.add_argument("--concurrency", type=positive_int, default=None,
-                       help=f"Requests in flight for API providers (default: "
-                            f"{DEFAULT_CONCURRENCY}) and for --vllm-engine async (default: "
-                            f"{ASYNC_ENGINE_CONCURRENCY}).")
+                       help=f"Requests in flight for API providers and for --vllm-engine "
+                            f"async (default: --base-url on a vLLM server: as many as keep the "
+                            f"open dialogues in the server's KV cache, read from its /metrics "
+                            f"(docs/design.md, 'Concurrency'); --vllm-engine async: "
+                            f"{ASYNC_ENGINE_CONCURRENCY}; otherwise {DEFAULT_CONCURRENCY}).")
     group.add_argument("--max-retries", "--max_retries", dest="max_retries", type=int,
                        default=None,
                        help="Retries per request on 408/409/429/5xx, timeouts and connection "

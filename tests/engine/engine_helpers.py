@@ -85,12 +85,15 @@ class VllmServer:
         model_dir: The model folder.
         log: File the server's output goes to.
         max_model_len: ``--max-model-len``.
+        extra_args: Further server flags (e.g. ``--num-gpu-blocks-override N``).
     """
 
-    def __init__(self, model_dir: Path, log: Path, max_model_len: int = 4096) -> None:
+    def __init__(self, model_dir: Path, log: Path, max_model_len: int = 4096,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.model_dir = model_dir
         self.log = log
         self.max_model_len = max_model_len
+        self.extra_args = tuple(extra_args)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -105,7 +108,7 @@ class VllmServer:
                 "--max-model-len", str(self.max_model_len),
                 "--limit-mm-per-prompt", json.dumps({"image": 7}),
                 "--gpu-memory-utilization", str(CPU_MEMORY_FRACTION),
-                "--enforce-eager", "--seed", "0", "--dtype", DTYPE]
+                "--enforce-eager", "--seed", "0", "--dtype", DTYPE, *self.extra_args]
 
     def start(self) -> None:
         """Start the server (returns at once; it is ready ~30-100 s later)."""
@@ -129,6 +132,11 @@ class VllmServer:
                     return
             time.sleep(1.0)
         raise TimeoutError(f"vLLM server not ready in {timeout_s} s:\n{self.tail()}")
+
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:<port>`` (``/metrics``, ``/reset_prefix_cache``)."""
+        return f"http://127.0.0.1:{self.port}"
 
     def chat_requests(self) -> int:
         """``POST /v1/chat/completions`` requests the server logged so far."""

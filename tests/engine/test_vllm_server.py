@@ -97,6 +97,29 @@ def test_a_run_started_before_the_server_is_ready_waits_for_it(served):
     assert "error" not in {r["completion_status"] for r in recs}
 
 
+def test_the_default_concurrency_follows_the_servers_kv_cache(served):
+    """The early run gave no --concurrency: it read vLLM's /metrics (docs/design.md,
+    "Concurrency") and recorded the rule's inputs and value in provider_runtime."""
+    import httpx2
+
+    from utils.llm.openai_provider import parse_cache_config
+
+    cache = parse_cache_config(httpx2.get(f"{served['server'].root_url}/metrics",
+                                          timeout=30).text)
+    assert cache is not None and cache["prefix_caching"]
+    assert cache["tokens"] == cache["num_gpu_blocks"] * cache["block_size"] > CONTEXT
+    manifest = json.loads((served["early_dir"] / "run_manifest.json").read_text("utf-8"))
+    runtime = manifest["provider_runtime"]
+    rule = runtime["concurrency_rule"]
+    assert rule["applied"] and rule["kv_cache"] == cache
+    footprint = rule["dialogue_tokens"]
+    assert footprint % cache["block_size"] == 0 and footprint <= CONTEXT
+    assert runtime["concurrency"] == rule["concurrency"] == \
+        min(256, max(1, cache["tokens"] // footprint // 2))
+    assert f"concurrency {runtime['concurrency']} from the server's KV cache" in \
+        served["early_log"].read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("setting", ["none", "implicit"])
 def test_full_run_of_the_sample_bundle(served, setting):
     run_dir = _reference(served, setting)

@@ -2,8 +2,9 @@
 
 Standard library only (``http.server`` in a thread, HTTP/1.1 keep-alive). It answers
 ``POST .../chat/completions`` (any prefix, so ``/v1/...`` and Azure's
-``/openai/deployments/<name>/chat/completions?api-version=...`` both work) and
-``GET /stats``. Behaviour per request:
+``/openai/deployments/<name>/chat/completions?api-version=...`` both work), ``GET /stats``
+and, with ``metrics`` set, vLLM's ``GET /metrics`` (:func:`vllm_metrics`; 404 otherwise).
+Behaviour per request:
 
 - a scripted action, if any is queued (:meth:`LoopbackServer.push`), else the defaults;
 - ``latency_s`` (+ ``U(0, jitter_s)``) before answering;
@@ -83,6 +84,36 @@ QUOTA_EXHAUSTED: dict[str, Any] = {
                      "details."}
 
 
+def vllm_metrics(num_gpu_blocks: object, block_size: object = 16, *, engines: int = 1,
+                 prefix_caching: bool = True) -> str:
+    """A ``GET /metrics`` text as vLLM 0.32's server writes it, with its cache config gauge.
+
+    ``vllm:cache_config_info`` carries ``CacheConfig`` as labels, each value ``str()``-ed (so
+    ``num_gpu_blocks`` is ``"None"`` before the engine has profiled its memory), one line per
+    engine of a data-parallel server; counters and other gauges come before and after it.
+    """
+    lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+             "# TYPE vllm:num_requests_running gauge",
+             'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0',
+             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+             "# TYPE vllm:cache_config_info gauge"]
+    for engine in range(engines):
+        lines.append(
+            f'vllm:cache_config_info{{block_size="{block_size}",cache_dtype="auto",'
+            f'calculate_kv_scales="False",cpu_kvcache_space_bytes="None",'
+            f'enable_prefix_caching="{prefix_caching}",engine="{engine}",'
+            f'gpu_memory_utilization="0.9",is_attention_free="False",'
+            f'kv_sharing_fast_prefill="False",mamba_cache_dtype="auto",'
+            f'num_cpu_blocks="None",num_gpu_blocks="{num_gpu_blocks}",'
+            f'num_gpu_blocks_override="None",prefix_caching_hash_algo="sha256",'
+            f'sliding_window="None",swap_space="4.0"}} 1.0')
+    lines += ["# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number "
+              "of queried tokens.",
+              "# TYPE vllm:prefix_cache_queries_total counter",
+              'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 1234.0']
+    return "\n".join(lines) + "\n"
+
+
 def default_answer(body: dict[str, Any]) -> str:
     """``Answer: 1`` (valid for every question of the benchmark)."""
     return "Answer: 1"
@@ -109,6 +140,8 @@ class LoopbackServer:
         quota_after: Answer this many chat requests (those given the default behaviour, in
             arrival order), then reply :data:`QUOTA_EXHAUSTED` to every later one; None: no
             quota. An attribute: set it to None to answer again.
+        metrics: Text of ``GET /metrics`` (:func:`vllm_metrics`); None answers it 404, as a
+            server without metrics does. An attribute.
     """
 
     def __init__(self, *, latency_s: float = 0.0, jitter_s: float = 0.0,
@@ -117,8 +150,11 @@ class LoopbackServer:
                  keep_bodies: bool = True, models: list[str] | None = None,
                  max_model_len: int = 32768, port: int = 0,
                  respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-                 quota_after: int | None = None) -> None:
+                 quota_after: int | None = None, metrics: str | None = None) -> None:
         self.models = models
+        self.metrics = metrics
+        #: ``GET /metrics`` requests seen.
+        self.metrics_requests = 0
         self.respond = respond
         self.quota_after = quota_after
         #: Requests answered under ``quota_after`` so far.
@@ -256,6 +292,14 @@ def _completion_body(model: str, text: str | None, finish: str, refusal: str | N
     }
 
 
+def _metrics_reply(server: LoopbackServer) -> tuple[int, str]:
+    """Status and text of ``GET /metrics`` (404 without ``metrics``)."""
+    with server._lock:
+        server.metrics_requests += 1
+        text = server.metrics
+    return (404, '{"detail":"Not Found"}') if text is None else (200, text)
+
+
 def _stats_payload(server: LoopbackServer) -> dict[str, Any]:
     with server._lock:
         return {"by_status": {str(k): v for k, v in server.stats.by_status.items()},
@@ -302,7 +346,11 @@ class _AsyncHandler(asyncio.Protocol):
         close = (headers.get("connection", "").lower() == "close"
                  or version.upper() == "HTTP/1.0")
         self.busy = True
-        if method == "GET":
+        if method == "GET" and path.split("?")[0].rstrip("/").endswith("/metrics"):
+            status, text = _metrics_reply(self.server)
+            self._send_raw(status, text.encode("utf-8"), "text/plain; version=0.0.4", None,
+                           close)
+        elif method == "GET":
             self._send(200, _stats_payload(self.server), None, close)
         elif path.split("?")[0].rstrip("/").endswith("/tokenize"):  # vLLM only: not served
             self._send(404, {"detail": "Not Found"}, None, close)
@@ -354,12 +402,16 @@ class _AsyncHandler(asyncio.Protocol):
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None,
               close: bool) -> None:
+        self._send_raw(status, json.dumps(payload).encode("utf-8"), "application/json",
+                       headers, close)
+
+    def _send_raw(self, status: int, data: bytes, content_type: str,
+                  headers: dict[str, str] | None, close: bool) -> None:
         self.busy = False
         if self.transport is None or self.transport.is_closing():
             return  # the client gave up
-        data = json.dumps(payload).encode("utf-8")
         head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
-                "Content-Type: application/json", f"Content-Length: {len(data)}"]
+                f"Content-Type: {content_type}", f"Content-Length: {len(data)}"]
         head += [f"{k}: {v}" for k, v in (headers or {}).items()]
         if close:
             head.append("Connection: close")
@@ -398,6 +450,15 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (timeout test)
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            if self.path.split("?")[0].rstrip("/").endswith("/metrics"):
+                status, text = _metrics_reply(server)
+                data = text.encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if server.models is not None and self.path.rstrip("/").endswith("/models"):
                 self._send(200, {"object": "list", "data": [
                     {"id": m, "object": "model", "max_model_len": server.max_model_len}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loopback import LoopbackServer
+from loopback import LoopbackServer, vllm_metrics
 from PIL import Image
 
 from utils.errors import ConfigError, ProviderError
@@ -23,6 +23,7 @@ from utils.llm.openai_provider import (
     OpenAIChatModel,
     is_reasoning_model,
     no_thinking_effort,
+    parse_cache_config,
 )
 from utils.llm.retry import RetriesExhausted, RetryPolicy
 
@@ -419,3 +420,137 @@ def test_a_provider_side_filter_is_blocked_not_the_models_refusal(server, png, c
     completion = _model(server).generate([_request(png)])[0]
     assert completion.status == "blocked" and "filtered" in completion.error
     assert len(server.chat_requests()) == 1  # not retried: the same prompt is filtered again
+
+
+# -- concurrency from the server's KV cache (docs/design.md, "Concurrency") -------------------
+
+def test_parse_cache_config_reads_vllms_cache_gauge():
+    assert parse_cache_config(vllm_metrics(1000, 16)) == {
+        "num_gpu_blocks": 1000, "block_size": 16, "tokens": 16000, "prefix_caching": True}
+    # a data-parallel server: one line per engine, each with the summed blocks
+    two = parse_cache_config(vllm_metrics(2000, 16, engines=2, prefix_caching=False))
+    assert two == {"num_gpu_blocks": 2000, "block_size": 16, "tokens": 32000,
+                   "prefix_caching": False}
+    assert parse_cache_config(vllm_metrics("None", 16)) is None  # still profiling
+    assert parse_cache_config(vllm_metrics(0, 16)) is None
+    assert parse_cache_config(vllm_metrics(1000, "x")) is None
+    assert parse_cache_config(vllm_metrics(1000).replace("num_gpu_blocks=", "blocks=")) is None
+    assert parse_cache_config('{"by_status": {}}') is None
+    assert parse_cache_config("") is None
+
+
+@pytest.mark.parametrize(("blocks", "dialogue", "per_request", "expected"), [
+    (1000, 1000, 2, 7),  # 16000 tokens // 1008 (whole blocks) = 15 dialogues, 2 per request
+    (1000, 1000, 1, 15),
+    (1000, None, 1, 3),  # no footprint: the server's context, 4096 tokens
+    (1000, 100_000, 1, 3),  # a footprint beyond the context is the context
+    (10, 1000, 2, 1),  # the cache holds no whole dialogue: at least 1
+    (10**7, 1000, 2, 256),  # vLLM's default max_num_seqs at most
+])
+def test_suggested_concurrency_keeps_the_open_dialogues_in_the_servers_kv_cache(
+        blocks, dialogue, per_request, expected):
+    with LoopbackServer(models=["m"], max_model_len=4096,
+                        metrics=vllm_metrics(blocks, 16)) as srv:
+        model = OpenAIChatModel("m", base_url=srv.base_url, env={})
+        model.preflight()
+        assert model.suggested_concurrency(dialogue, per_request) == expected
+        assert model.suggested_concurrency(dialogue, per_request) == expected
+        assert srv.metrics_requests == 1  # asked once
+    # the provider runs at its suggestion: async clients and image cache follow it
+    assert model.concurrency == expected
+    assert model.images.size == max(256, 16 * expected)
+    runtime = model.runtime_info()
+    assert runtime["concurrency"] == expected
+    rule = runtime["concurrency_rule"]
+    footprint = -(-min(dialogue or 4096, 4096) // 16) * 16
+    assert rule == {"applied": True, "kv_cache": parse_cache_config(vllm_metrics(blocks, 16)),
+                    "dialogue_tokens": footprint, "footprint_source": "the heaviest dialogue"
+                    if dialogue else "the server's context",
+                    "dialogues_in_cache": blocks * 16 // footprint,
+                    "dialogues_per_request": per_request, "concurrency": expected}
+
+
+def test_no_kv_cache_at_the_server_means_no_suggestion(server):
+    model = OpenAIChatModel("m", base_url=server.base_url, env={})  # /metrics: 404
+    assert model.suggested_concurrency(1000, 2) is None
+    assert model.concurrency == 16
+    assert server.metrics_requests == 1
+    rule = model.runtime_info()["concurrency_rule"]
+    assert rule["applied"] is False and "vllm:cache_config_info" in rule["reason"]
+    server.metrics = "# HELP something else\n"  # metrics without vLLM's cache config
+    other = OpenAIChatModel("m", base_url=server.base_url, env={})
+    assert other.suggested_concurrency(1000, 2) is None
+    azure = AzureOpenAIChatModel("gpt-5.4", env={"AZURE_OPENAI_API_KEY": KEY,
+                                                 "AZURE_OPENAI_ENDPOINT": server.root_url})
+    assert azure.suggested_concurrency(1000, 2) is None
+    assert server.metrics_requests == 2  # azure's endpoint is not asked
+    assert "concurrency_rule" not in _model_free().runtime_info()
+
+
+def test_cli_default_concurrency_follows_the_servers_kv_cache(tmp_path, monkeypatch):
+    """Without --concurrency a run asks the server's /metrics and runs at the rule's value,
+    recorded in provider_runtime (the manifest's first invocation); a resume at another
+    --concurrency continues the run, without asking /metrics."""
+    from chexpercept.evaluation import load_bundle, validate_bundle
+    from chexpercept.evaluation.budget import check_budget
+
+    bundle = _load("stage03_bundle_for_kv", REPO / "tests" / "evaluation" / "stage03_bundle.py")
+    bench = bundle.write_bundle(tmp_path / "bench")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = tmp_path / "out"
+    argv = ["--provider", "openai", "--model", "srv", "--base-url", "", "--benchmark-dir",
+            str(bench), "--output-path", str(out), "--no-progress", "--max-new-tokens", "64",
+            "--server-wait", "5"]
+    script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
+    with LoopbackServer(models=["srv"], max_model_len=8192, latency_s=0.05) as srv:
+        argv[argv.index("--base-url") + 1] = srv.base_url
+        probe = OpenAIChatModel("srv", base_url=srv.base_url, env={}, max_new_tokens=64)
+        probe.preflight()
+        heaviest = check_budget(validate_bundle(load_bundle(bench)), probe)[0].total_tokens
+        footprint = -(-heaviest // 16) * 16
+        srv.metrics = vllm_metrics(4 * footprint // 16, 16)  # 4 dialogues: 2 per request
+        assert script["main"](argv) == 0
+        assert srv.stats.max_in_flight == 2
+        run_dir = out / "openai_srv" / "oracle_implicit"
+        runtime = json.loads((run_dir / "run_manifest.json").read_text())["provider_runtime"]
+        assert runtime["concurrency"] == 2
+        assert runtime["concurrency_rule"]["dialogue_tokens"] == footprint
+        assert runtime["concurrency_rule"]["dialogues_in_cache"] == 4
+        asked = len(srv.chat_requests())
+        assert asked == 33 and srv.metrics_requests == 1
+        # --concurrency given: /metrics is not asked, and the run resumes (not an identity)
+        (run_dir / "all_results.json").unlink()
+        records = run_dir / "records.jsonl"
+        lines = records.read_text().splitlines(keepends=True)
+        records.write_text("".join(lines[:20]))
+        assert script["main"]([*argv, "--concurrency", "3"]) == 0
+        assert len(srv.chat_requests()) == asked + 13 and srv.metrics_requests == 1
+        assert srv.stats.max_in_flight == 3
+
+
+def test_default_concurrency_is_the_providers_own_suggestion(monkeypatch, tmp_path):
+    """The evaluation layer asks the provider (no branch on its name): vLLM's async engine
+    suggests 256, a vLLM server its cache's value, everything else nothing (16)."""
+    import sys
+
+    import vllm_stub
+
+    from chexpercept.evaluation.api import default_concurrency
+    from utils.llm import create_model
+
+    monkeypatch.setitem(sys.modules, "vllm", vllm_stub.make_vllm_module())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    folder = tmp_path / "local_model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "qwen3_vl"}', encoding="utf-8")
+    (folder / "chat_template.jinja").write_text("{{ messages }}", encoding="utf-8")
+    engine = create_model("opensource", "qwen3.5", model_path=str(folder), engine="async")
+    assert default_concurrency(engine, []) == 256
+    batched = create_model("opensource", "qwen3.5", model_path=str(folder))
+    assert default_concurrency(batched, []) == 16
+    assert default_concurrency(create_model("random", "random"), []) == 16
+    with LoopbackServer(models=["m"], max_model_len=4096,
+                        metrics=vllm_metrics(1024, 16)) as srv:  # 16384 tokens
+        model = OpenAIChatModel("m", base_url=srv.base_url, env={})
+        model.preflight()
+        assert default_concurrency(model, []) == 2  # F = the context: 4 dialogues, 2 each

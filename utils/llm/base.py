@@ -275,6 +275,24 @@ class ChatModel(abc.ABC):
         del request
         return None
 
+    def suggested_concurrency(self, dialogue_tokens: int | None,
+                              dialogues_per_request: int = 1) -> int | None:
+        """Requests in flight this provider suggests when ``--concurrency`` is not given.
+
+        Asked once, after :meth:`preflight` and the token budget, before the first request;
+        a provider that answers runs at its answer (it may size its own pools by it).
+
+        Args:
+            dialogue_tokens: A dialogue's footprint in tokens (its heaviest request plus the
+                output-token cap), or None when unknown.
+            dialogues_per_request: Dialogues the runner keeps open per request in flight.
+
+        Returns:
+            The suggestion (>= 1), or None (the default): the runner's default applies.
+        """
+        del dialogue_tokens, dialogues_per_request
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Settings recorded in the run manifest (no secrets)."""
         return {"provider": self.provider, "model": self.model}

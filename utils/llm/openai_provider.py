@@ -31,7 +31,13 @@ from typing import Any
 
 from utils.deps import require
 from utils.errors import ProviderError
-from utils.llm._api import ApiChatModel, LoopBound, MalformedResponse, answer_completion
+from utils.llm._api import (
+    IMAGES_PER_SLOT,
+    ApiChatModel,
+    LoopBound,
+    MalformedResponse,
+    answer_completion,
+)
 from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after
@@ -66,6 +72,13 @@ SERVER_POLL_S = 2.0
 SERVER_LOG_EVERY_S = 15.0
 #: Finish reasons of a request the server gave up on (vLLM, SGLang): a fault, not an answer.
 _ABORT_REASONS = ("abort", "error")
+#: vLLM's gauge of its cache config at ``GET /metrics`` (labels ``num_gpu_blocks``,
+#: ``block_size``, ...; one line per engine of a data-parallel server).
+CACHE_CONFIG_METRIC = "vllm:cache_config_info"
+#: Most requests in flight the server's KV cache may suggest (vLLM's default ``max_num_seqs``);
+#: docs/design.md, "Concurrency".
+MAX_SUGGESTED_CONCURRENCY = 256
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 #: 429 codes that mean "no quota left" (billing), not "too fast": retrying cannot help.
 _QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached", "billing_not_active")
 _FILTER_CODES = ("content_filter", "content_policy_violation", "ResponsibleAIPolicyViolation")
@@ -91,6 +104,35 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 
 def _dumps(value: Any) -> bytes:
     return _JSON.encode(value).encode("utf-8")
+
+
+def parse_cache_config(text: str) -> dict[str, Any] | None:
+    """The KV cache a vLLM server allocated, from its ``GET /metrics`` text.
+
+    Reads the labels of the :data:`CACHE_CONFIG_METRIC` gauge (vLLM writes its ``CacheConfig``
+    there once the engine has profiled its memory). A data-parallel server writes one line per
+    engine, each with the summed ``num_gpu_blocks``; the first line is read.
+
+    Args:
+        text: A Prometheus text exposition.
+
+    Returns:
+        ``{"num_gpu_blocks": B, "block_size": S, "tokens": B * S, "prefix_caching": bool}``,
+        or None when the gauge is absent or ``num_gpu_blocks`` / ``block_size`` is not a whole
+        number >= 1 (``None`` while the engine is still profiling).
+    """
+    head = CACHE_CONFIG_METRIC + "{"
+    for line in text.splitlines():
+        if not line.startswith(head) or "}" not in line:
+            continue
+        labels = dict(_LABEL.findall(line[len(head):line.rindex("}")]))
+        blocks, block = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+        if not (blocks.isdigit() and block.isdigit() and int(blocks) > 0 and int(block) > 0):
+            return None
+        return {"num_gpu_blocks": int(blocks), "block_size": int(block),
+                "tokens": int(blocks) * int(block),
+                "prefix_caching": labels.get("enable_prefix_caching") == "True"}
+    return None
 
 
 def build_messages(request: TurnRequest, images: Any, image_detail: str | None = None
@@ -215,6 +257,9 @@ class OpenAIChatModel(ApiChatModel):
         self.extra_body = dict(config.extra_body or {})
         self.server_wait_s = float(config.server_wait_s)
         self.server_info: dict[str, Any] = {}
+        #: How :meth:`suggested_concurrency` chose (or did not choose) the concurrency: its
+        #: inputs, recorded in :meth:`runtime_info`; None when it was not asked.
+        self.concurrency_rule: dict[str, Any] | None = None
         self._tokenize_supported: bool | None = None
         self.temperature = 0.0 if config.temperature is None else float(config.temperature)
         self.seed = int(config.seed)
@@ -294,9 +339,17 @@ class OpenAIChatModel(ApiChatModel):
                 **self.images.describe()}
 
     def runtime_info(self) -> dict[str, Any]:
-        """Where the requests go: the server address (credentials hidden), or None."""
+        """Where the requests go and how many at once (not compared on resume).
+
+        ``base_url``: the server address (credentials hidden), or None. ``concurrency``: the
+        requests in flight the provider was sized for; ``concurrency_rule``: the inputs of
+        :meth:`suggested_concurrency` when it was asked (no ``--concurrency``).
+        """
         return {**super().runtime_info(),
-                "base_url": self.server_label if self.base_url else None}
+                "base_url": self.server_label if self.base_url else None,
+                "concurrency": self.concurrency,
+                **({"concurrency_rule": dict(self.concurrency_rule)}
+                   if self.concurrency_rule is not None else {})}
 
     # -- calls ----------------------------------------------------------------------------
     def _body(self, request: TurnRequest) -> dict[str, Any]:
@@ -580,6 +633,90 @@ class OpenAIChatModel(ApiChatModel):
         valid = isinstance(count, int) and not isinstance(count, bool) and count > 0
         self._tokenize_supported = valid
         return int(count) if valid else None
+
+    # -- server capacity ------------------------------------------------------------------
+    def server_kv_cache(self) -> dict[str, Any] | None:
+        """The KV cache of the server at ``base_url``, from vLLM's ``GET /metrics``.
+
+        Returns:
+            :func:`parse_cache_config` of the server's metrics; None without ``base_url``, when
+            the server has no ``/metrics`` (SGLang without ``--enable-metrics``, Ollama, a
+            gateway) or does not report vLLM's cache config there. Asked once.
+        """
+        if "kv_cache" in self.server_info:
+            return self.server_info["kv_cache"]
+        cache = None
+        if self.base_url:
+            httpx2 = require("httpx2", "openai", f"the {self.provider} provider")
+            root = re.sub(r"/v1/?$", "", self.base_url.rstrip("/"))
+            try:
+                response = httpx2.get(f"{root}/metrics", timeout=min(10.0, self.timeout_s),
+                                      headers={"Authorization": f"Bearer {self._api_key}"})
+                if response.status_code == 200:
+                    cache = parse_cache_config(response.text)
+            except httpx2.HTTPError as exc:
+                logger.debug("GET %s/metrics failed: %s", self.server_label, exc)
+        self.server_info["kv_cache"] = cache
+        return cache
+
+    def suggested_concurrency(self, dialogue_tokens: int | None,
+                              dialogues_per_request: int = 1) -> int | None:
+        """Requests in flight such that the dialogues open stay in the server's KV cache.
+
+        The rule (docs/design.md, "Concurrency"): with the server's cache of ``K`` tokens
+        (``num_gpu_blocks x block_size``, :meth:`server_kv_cache`) and a dialogue's footprint
+        ``F`` (``dialogue_tokens``, at most the server's context, rounded up to whole blocks),
+        the cache holds ``K // F`` dialogues; the runner keeps ``dialogues_per_request``
+        dialogues open per request in flight, so the suggestion is
+        ``K // F // dialogues_per_request``, clamped to [1, :data:`MAX_SUGGESTED_CONCURRENCY`].
+        A dialogue whose history stays cached between its turns is computed only for its new
+        tokens; more dialogues open than the cache holds evict each other's history.
+
+        The provider then runs at the suggestion: its HTTP clients, synchronous pool and image
+        cache are sized for it. Called before the first request, only when ``--concurrency``
+        was not given; the inputs go to :attr:`concurrency_rule` (the run manifest's
+        ``provider_runtime``, never its identity).
+
+        Args:
+            dialogue_tokens: ``F`` in tokens: the heaviest dialogue's last request plus its
+                output-token cap (docs/engines.md, "Token budget"); None: the server's context.
+            dialogues_per_request: Dialogues the runner keeps open per request in flight.
+
+        Returns:
+            The suggested requests in flight, or None when the server reports no KV cache
+            (then the runner's default applies) or no footprint is known.
+        """
+        cache = self.server_kv_cache()
+        context = self.server_info.get("max_model_len")
+        if cache is None:
+            self.concurrency_rule = {"applied": False, "reason": (
+                f"the server reports no {CACHE_CONFIG_METRIC} at GET /metrics"
+                if self.base_url else "not an OpenAI-compatible server (no --base-url)")}
+            return None
+        footprint = dialogue_tokens or context
+        if not footprint:
+            self.concurrency_rule = {"applied": False, "kv_cache": cache,
+                                     "reason": "no dialogue footprint and no server context"}
+            return None
+        if context:
+            footprint = min(footprint, context)
+        block = cache["block_size"]
+        footprint = -(-int(footprint) // block) * block
+        dialogues = cache["tokens"] // footprint
+        value = min(MAX_SUGGESTED_CONCURRENCY, max(1, dialogues // max(1, dialogues_per_request)))
+        self.concurrency_rule = {
+            "applied": True, "kv_cache": cache, "dialogue_tokens": footprint,
+            "footprint_source": "the heaviest dialogue" if dialogue_tokens else
+            "the server's context", "dialogues_in_cache": dialogues,
+            "dialogues_per_request": dialogues_per_request, "concurrency": value}
+        self.concurrency = value
+        self.images.size = max(self.images.size, IMAGES_PER_SLOT * value)
+        logger.info("concurrency %d from the server's KV cache: %d tokens (%d blocks of %d) "
+                    "hold %d dialogue(s) of %d tokens (%s), %d open per request in flight "
+                    "(docs/design.md, 'Concurrency'; --concurrency overrides it)", value,
+                    cache["tokens"], cache["num_gpu_blocks"], block, dialogues, footprint,
+                    self.concurrency_rule["footprint_source"], dialogues_per_request)
+        return value
 
     # -- lifecycle ------------------------------------------------------------------------
     async def aclose(self) -> None:

@@ -362,6 +362,12 @@ class VLLMChatModel(ChatModel):
                                                        seed=self.seed)
         return self._llm
 
+    def suggested_concurrency(self, dialogue_tokens: int | None,
+                              dialogues_per_request: int = 1) -> int | None:
+        """``--vllm-engine async``: :data:`ASYNC_ENGINE_CONCURRENCY` requests in flight."""
+        del dialogue_tokens, dialogues_per_request
+        return ASYNC_ENGINE_CONCURRENCY if self.supports_async else None
+
     def prompt_limits(self) -> PromptLimits:
         """Context, output and image limits of one prompt, known without loading the engine.
 

@@ -14,14 +14,18 @@ Everything the run writes is described in docs/evaluation_protocol.md, "Run fold
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from chexpercept import io
 from chexpercept.errors import SchemaError
-from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY, run_evaluation_async
-from chexpercept.evaluation.budget import check_budget
+from chexpercept.evaluation.async_runner import (
+    DEFAULT_CONCURRENCY,
+    OPEN_CASES_PER_REQUEST,
+    run_evaluation_async,
+)
+from chexpercept.evaluation.budget import DialogueBudget, check_budget
 from chexpercept.evaluation.cases import (
     Bundle,
     EvalCase,
@@ -43,8 +47,8 @@ from chexpercept.evaluation.session import (
     RunSummary,
 )
 from chexpercept.evaluation.sharding import check_part, select_part
+from utils.llm.base import ChatModel
 from utils.llm.registry import create_model, default_model, provider_class, provider_label
-from utils.llm.vllm_provider import ASYNC_ENGINE_CONCURRENCY
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +99,28 @@ def cost_table(cases: Iterable[EvalCase], model: str) -> str:
     return format_estimates(rows, len(cases))
 
 
+def default_concurrency(model: ChatModel, budgets: Sequence[DialogueBudget]) -> int:
+    """Requests in flight of the async runner when ``--concurrency`` is not given.
+
+    The provider's suggestion (:meth:`~utils.llm.base.ChatModel.suggested_concurrency`) for the
+    heaviest dialogue's footprint, its last request plus the output-token cap (``budgets[0]``,
+    from :func:`~chexpercept.evaluation.budget.check_budget`), with
+    :data:`~chexpercept.evaluation.async_runner.OPEN_CASES_PER_REQUEST` cases open per request
+    in flight; without one, :data:`~chexpercept.evaluation.async_runner.DEFAULT_CONCURRENCY`
+    (docs/design.md, "Concurrency").
+
+    Args:
+        model: The provider, after :meth:`~utils.llm.base.ChatModel.preflight`.
+        budgets: The run's dialogue budgets, heaviest first (may be empty).
+
+    Returns:
+        Requests in flight, >= 1.
+    """
+    footprint = budgets[0].total_tokens if budgets else None
+    suggested = model.suggested_concurrency(footprint, OPEN_CASES_PER_REQUEST)
+    return DEFAULT_CONCURRENCY if suggested is None else max(1, int(suggested))
+
+
 def run_folder(output_path: str | Path, provider: str, model: str, oracle_setting: str, *,
                no_thinking: bool = False, part: int | None = None,
                total_parts: int = 1) -> Path:
@@ -142,7 +168,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         total_parts: See :func:`select_cases`.
         save_every: Rewrite ``all_results.json`` after this many newly finished cases.
         overwrite: Start the run folder afresh.
-        concurrency: Requests in flight of the async runner (None: its default).
+        concurrency: Requests in flight of the async runner (None: :func:`default_concurrency`,
+            the provider's suggestion or 16).
         max_new_tokens: Output-token cap per turn (None: the provider's default).
         max_consecutive_faults: Stop after this many requests in a row got no answer.
         give_up_unanswered: Do not ask again turns that got no answer earlier.
@@ -190,17 +217,15 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     chat_model = create_model(provider, model_name, **options)
     try:
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
-        check_budget(cases, chat_model)  # before the offline engine loads
+        budgets = check_budget(cases, chat_model)  # before the offline engine loads
         chat_model.start()  # an engine that cannot start leaves no manifest, no record
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
                     model_name, oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier
-            default = ASYNC_ENGINE_CONCURRENCY if provider == "opensource" else \
-                DEFAULT_CONCURRENCY
+            if concurrency is None:  # the provider's suggestion, else the default
+                concurrency = default_concurrency(chat_model, budgets)
             return run_evaluation_async(bundle, cases, chat_model, settings, run_dir,
-                                        concurrency=default if concurrency is None
-                                        else concurrency,
-                                        overwrite=overwrite)
+                                        concurrency=concurrency, overwrite=overwrite)
         return run_evaluation(bundle, cases, chat_model, settings, run_dir,
                               overwrite=overwrite, progress=progress)
     finally:

@@ -80,8 +80,11 @@ from utils.llm.retry import (
 
 logger = logging.getLogger(__name__)
 
-#: Default requests in flight (``--concurrency``).
+#: Default requests in flight (``--concurrency``) when the provider suggests none.
 DEFAULT_CONCURRENCY = 16
+#: Cases open per request in flight: a case in retry backoff hands its permit to another
+#: (docs/design.md, "Concurrency").
+OPEN_CASES_PER_REQUEST = 2
 #: Least seconds between two ``all_results.json`` checkpoints.
 CHECKPOINT_INTERVAL_S = 30.0
 #: Seconds between heartbeat log lines.
@@ -297,7 +300,8 @@ class Scheduler:
         """
         self._semaphore = asyncio.Semaphore(self.concurrency)
         tasks = [asyncio.create_task(self._worker())
-                 for _ in range(min(2 * self.concurrency, len(self.queue)))]
+                 for _ in range(min(OPEN_CASES_PER_REQUEST * self.concurrency,
+                                    len(self.queue)))]
         try:
             await asyncio.gather(*tasks)
         except ProviderError as exc:
