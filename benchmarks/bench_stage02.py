@@ -24,7 +24,7 @@ from pathlib import Path
 from chexpercept.bundle import validate_benchmark_dir
 from chexpercept.io import CurationLayout, DeformationLayout, QALayout, read_json, repo_root
 from chexpercept.qa import QAInputs, export_benchmark, generate_qa
-from chexpercept.schema import load_chexpercept_config
+from chexpercept.config_schema import load_chexpercept_config
 
 
 def main() -> int:

@@ -47,8 +47,8 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept import io
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import generate_candidate_masks
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_allow_failures_arg,

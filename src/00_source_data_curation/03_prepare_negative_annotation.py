@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept import io
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import prepare_negative_sheet
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_common_args,

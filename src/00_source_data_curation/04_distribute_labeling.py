@@ -22,8 +22,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import distribute_labeling
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_common_args,

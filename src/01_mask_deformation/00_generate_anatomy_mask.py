@@ -34,7 +34,7 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept.anatomy import generate_anatomy_masks
-from chexpercept.schema import load_chexpercept_config
+from chexpercept.config_schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_common_args,

@@ -27,8 +27,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.deformation import DEFAULT_NUM_WORKERS, deform_masks
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_allow_failures_arg,

@@ -30,8 +30,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.qa import DEFAULT_NUM_WORKERS, generate_qa_from_config
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_aliased_arg,
     add_allow_failures_arg,

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept import io
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.errors import ConfigError
 from chexpercept.evaluation import ORACLE_SETTINGS
 from chexpercept.evaluation.api import cost_table, evaluate, select_cases
@@ -36,7 +37,6 @@ from chexpercept.evaluation.session import (
     UNFINISHED_EXIT,
     RunSummary,
 )
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
     add_config_arg,

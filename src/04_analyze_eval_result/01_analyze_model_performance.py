@@ -42,8 +42,8 @@ from pathlib import Path
 from chexpercept import io
 from chexpercept.analysis import ORACLE_SETTINGS
 from chexpercept.analysis.api import analyze
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.evaluation import SYSTEM_PROMPT
-from chexpercept.schema import load_chexpercept_config
 from utils.cli import (
     add_common_args,
     add_config_arg,

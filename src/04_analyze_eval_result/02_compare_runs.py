@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from chexpercept.analysis.api import compare_runs
-from chexpercept.schema import load_chexpercept_config
+from chexpercept.config_schema import load_chexpercept_config
 from utils.cli import add_common_args, add_config_arg, non_negative_int, run_main, setup_logging
 
 logger = logging.getLogger("04_analyze_eval_result")

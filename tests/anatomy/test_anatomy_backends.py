@@ -24,7 +24,7 @@ from chexpercept.anatomy.backends import (
 )
 from chexpercept.errors import ConfigError, MissingDependencyError
 from chexpercept.io import anatomy_mask_path, read_mask
-from chexpercept.schema import AnatomyConfig
+from chexpercept.config_schema import AnatomyConfig
 
 N = 1024
 

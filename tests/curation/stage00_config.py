@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chexpercept.schema import ChexperceptConfig
+from chexpercept.config_schema import ChexperceptConfig
 
 
 def fixture_config(tmp: Path, fx) -> ChexperceptConfig:

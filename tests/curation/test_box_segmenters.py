@@ -19,7 +19,7 @@ from chexpercept.curation.segmenters import (
 )
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import frame_transform, write_json_atomic, write_png_atomic
-from chexpercept.schema import ChexperceptConfig
+from chexpercept.config_schema import ChexperceptConfig
 
 ITEM = {"dicom_id": "img", "target": "effusion", "pair_id": "img_positive",
         "boxes": [{"x0": 100.0, "y0": 200.0, "x1": 300.0, "y1": 400.0, "rows": [3]}],

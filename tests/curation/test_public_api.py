@@ -19,7 +19,7 @@ from chexpercept.curation.public import plan_public_sample, source_images
 from chexpercept.curation.sources import Box, installed_tables_dir
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import CurationLayout, read_csv_rows, read_json
-from chexpercept.schema import ChexperceptConfig
+from chexpercept.config_schema import ChexperceptConfig
 from chexpercept.synth.stand_ins import WATERMARK, write_stand_ins
 
 pytestmark = pytest.mark.skipif(installed_tables_dir() is None,

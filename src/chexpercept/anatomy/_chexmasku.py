@@ -33,7 +33,7 @@ from chexpercept.io import WORK_SIZE, repo_root
 from utils.deps import import_from_checkout, require
 
 if TYPE_CHECKING:
-    from chexpercept.schema import AnatomyConfig
+    from chexpercept.config_schema import AnatomyConfig
 
 logger = logging.getLogger(__name__)
 

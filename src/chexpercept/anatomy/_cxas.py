@@ -28,7 +28,7 @@ from chexpercept.io import WORK_SIZE
 from utils.deps import require
 
 if TYPE_CHECKING:
-    from chexpercept.schema import AnatomyConfig
+    from chexpercept.config_schema import AnatomyConfig
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from chexpercept.anatomy.generate import AnatomyReport, create_segmenters, gener
 from chexpercept.callbacks import OnLogDir, Progress
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from chexpercept.errors import ConfigError, InputError
 from chexpercept.io import WORK_SIZE, anatomy_mask_path, read_cxr, write_mask
 
 if TYPE_CHECKING:
-    from chexpercept.schema import AnatomyConfig
+    from chexpercept.config_schema import AnatomyConfig
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from chexpercept.errors import ConfigError
 from chexpercept.io import DeformationLayout
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 

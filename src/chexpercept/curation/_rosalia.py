@@ -32,7 +32,7 @@ from chexpercept.io import repo_root
 from utils.deps import import_from_checkout, require
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig, CurationConfig
+    from chexpercept.config_schema import ChexperceptConfig, CurationConfig
 
 logger = logging.getLogger(__name__)
 

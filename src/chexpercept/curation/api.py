@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from chexpercept import io
 from chexpercept.callbacks import OnLogDir, Progress
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import candidates, public, sampling
 from chexpercept.curation.images import PrepareSummary, prepare_images, prepared_png
 from chexpercept.curation.segmenters import create_segmenter
@@ -45,12 +46,11 @@ from chexpercept.schema import (
     NEGATIVE_SHEET_COLUMNS,
     POSITIVE_PART_SHEET_COLUMNS,
     POSITIVE_SHEET_COLUMNS,
-    load_chexpercept_config,
 )
 from utils.ray_pool import RayWorkers, map_on_ray
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 

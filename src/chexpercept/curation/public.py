@@ -36,7 +36,7 @@ from chexpercept.lesions import LESIONS, make_key_id
 from chexpercept.rng import rng_for
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 

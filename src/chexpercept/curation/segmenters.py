@@ -32,7 +32,7 @@ from chexpercept.io import (
 from utils import imaging
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 
 class EmptyPredictionError(InputError):

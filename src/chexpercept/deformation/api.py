@@ -37,7 +37,7 @@ from chexpercept.schema import POSITIVE_SHEET_COLUMNS, accepted_key_ids
 from utils.ray_pool import RayWorkers
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 

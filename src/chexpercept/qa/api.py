@@ -41,7 +41,7 @@ from chexpercept.qa.generate import QAInputs, QAReport, generate_qa
 from chexpercept.schema import BenchmarkItem
 
 if TYPE_CHECKING:
-    from chexpercept.schema import ChexperceptConfig
+    from chexpercept.config_schema import ChexperceptConfig
 
 logger = logging.getLogger(__name__)
 
