@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,3 +67,32 @@ class FlakyWorker:
                 self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         return item * 2, os.getpid()
+
+
+class Accumulator:
+    """A Ray actor's object for the stream tests: a running total held in memory (lost with its
+    process). ``load(total)`` sets it; ``add(x)`` sleeps ``sleep_s`` seconds, adds ``x`` and
+    returns ``(total, pid)``. On ``die_on`` its process SIGKILLs itself (once when ``marker``
+    is given and does not exist yet), on ``fail_on`` it raises ValueError."""
+
+    def __init__(self, die_on: int | None = None, marker: str | None = None, *,
+                 fail_on: int | None = None, sleep_s: float = 0.0) -> None:
+        self.total = 0
+        self.die_on = die_on
+        self.marker = Path(marker) if marker else None
+        self.fail_on = fail_on
+        self.sleep_s = sleep_s
+
+    def load(self, total: int) -> None:
+        self.total = total
+
+    def add(self, x: int) -> tuple[int, int]:
+        if x == self.fail_on:
+            raise ValueError(f"cannot add {x}")
+        time.sleep(self.sleep_s)
+        if x == self.die_on and (self.marker is None or not self.marker.exists()):
+            if self.marker is not None:
+                self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.total += x
+        return self.total, os.getpid()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -208,6 +209,8 @@ class ActorPool:
         self.calls = [0] * size
         self.info: list[dict[str, Any]] = [{} for _ in range(size)]
         self._setups: list[_Setup] = []
+        #: During :meth:`stream`: the call that brings a restarted actor to the caller's state.
+        self._restore: Callable[[int], tuple[str, tuple[Any, ...]]] | None = None
         self._env = forwarded_env()
         self._check_fits()
         self._actors: list[Any] = [self._spawn(i) for i in range(size)]
@@ -281,6 +284,9 @@ class ActorPool:
                 self.info[index] = ray.get(ref)
                 for setup in self._setups:
                     ray.get(self._actors[index].call.remote(setup.method, *setup.args))
+                if self._restore is not None:  # a restart within stream()
+                    method, args = self._restore(index)
+                    ray.get(self._submit(index, method, tuple(args)))
                 break
             except self._lost as exc:
                 self._restart_or_raise(index, exc)
@@ -403,56 +409,109 @@ class ActorPool:
         return out
 
     def stream(self, method: str, next_args: Callable[[int], tuple[Any, ...] | None],
-               on_result: Callable[[int, Any], Callable[[], None] | None]) -> list[ActorLost]:
+               on_result: Callable[[int, Any], Callable[[], None] | None], *, depth: int = 1,
+               restore: Callable[[int], tuple[str, tuple[Any, ...]]] | None = None,
+               ) -> list[ActorLost]:
         """Keep every actor busy with its own sequence of calls, no barrier between actors.
 
-        ``next_args(i)`` gives actor ``i``'s next call (None: it is done); when the call
-        returns, ``on_result(i, value)`` runs here (in the caller's thread, one at a time),
-        actor ``i`` gets its next call, and then the callable ``on_result`` returned (if any)
-        runs: work that the next call does not depend on (writing files) is done while the
-        actor already computes. An actor that died is restarted and its call sent again; one
-        past its restart bound stops getting calls and the others go on to the end.
+        ``next_args(i)`` gives actor ``i``'s next call (None: it has no more); each actor holds
+        up to ``depth`` calls (one running, the others queued in the actor, so with ``depth``
+        2 it never waits for this process between two calls; ``next_args`` is then asked
+        before the previous value arrived). When a call returns, ``on_result(i, value)`` runs
+        here (in the caller's thread, one at a time, in each actor's call order), the actor is
+        given its next call, and then the callable ``on_result`` returned (if any) runs: work
+        that the next call does not depend on (writing files) is done while the actor
+        computes. When an actor's call fails, every value it returned before has been handled.
+
+        An actor that died is restarted, its setup calls replayed, then ``restore(i)`` (if
+        given) is called on it: ``(method, args)`` of a call that rebuilds the state the dead
+        actor held in memory from what the caller has handled so far. Then its calls in flight
+        are sent again, in order. One past its restart bound stops getting calls and the
+        others go on to the end.
+
+        A fatal error (what the hosted object raised, or what ``on_result`` or the callable it
+        returned raised) stops the stream: no call is sent after it, the calls in flight are
+        awaited and their values handled as usual (an error they raise then is logged), and the
+        first error is raised. A call already queued behind the failed one still runs, so with
+        ``depth`` > 1 the hosted object should refuse work once it raised.
 
         Returns:
             The :class:`ActorLost` of every actor that was given up (empty when none was).
 
         Raises:
-            Exception: What the hosted object raised, or what ``on_result`` raised.
+            ConfigError: If ``depth`` < 1.
+            Exception: The first fatal error.
         """
+        if depth < 1:
+            raise ConfigError(f"stream depth must be >= 1, got {depth}")
         ray = self._ray
-        pending: dict[Any, int] = {}
-        args_of: dict[int, tuple[Any, ...]] = {}
+        queues: list[deque[tuple[Any, tuple[Any, ...]]]] = [deque() for _ in range(self.size)]
         lost: list[ActorLost] = []
+        error: list[BaseException] = []
 
-        def submit(index: int) -> None:
-            args = next_args(index)
-            if args is not None:
-                args_of[index] = tuple(args)
-                pending[self._submit(index, method, args_of[index])] = index
+        def top_up(index: int) -> None:
+            queue = queues[index]
+            while not error and len(queue) < depth:
+                args = next_args(index)
+                if args is None:
+                    return
+                queue.append((self._submit(index, method, tuple(args)), tuple(args)))
 
-        for index in range(self.size):
-            submit(index)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            index = pending.pop(done[0])
-            try:
-                value = ray.get(done[0])
-            except self._lost as exc:
+        def fail(exc: BaseException) -> None:
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            if not error:
+                error.append(exc)
+                logger.warning("%ss: stopping (%s: %s); awaiting the %d call(s) in flight",
+                               self.label, type(exc).__name__, first, sum(map(len, queues)))
+            else:
+                logger.warning("%ss: %s while stopping: %s", self.label, type(exc).__name__,
+                               first)
+
+        self._restore = restore
+        try:
+            for index in range(self.size):
+                top_up(index)
+            while heads := {q[0][0]: i for i, q in enumerate(queues) if q}:
+                done, _ = ray.wait(list(heads), num_returns=1)
+                index = heads[done[0]]
+                queue = queues[index]
+                ref, args = queue.popleft()
                 try:
-                    self._restart_or_raise(index, exc)
-                    self._wait_ready(index)
-                except ActorLost as gone:
-                    lost.append(gone)
+                    value = ray.get(ref)
+                except self._lost as exc:
+                    # the calls queued behind it died with the actor; none of them ran
+                    again = [args, *(a for _, a in queue)]
+                    queue.clear()
+                    if error:  # stopping: nothing is sent again
+                        logger.warning("%s died while stopping; %d call(s) abandoned",
+                                       self._name(index), len(again))
+                        continue
+                    try:
+                        self._restart_or_raise(index, exc)
+                        self._wait_ready(index)
+                    except ActorLost as gone:
+                        lost.append(gone)
+                        continue
+                    except Exception as err:  # noqa: BLE001 - what restore() raised
+                        fail(err)
+                        continue
+                    queue.extend((self._submit(index, method, a), a) for a in again)
                     continue
-                pending[self._submit(index, method, args_of[index])] = index
-                continue
-            except ray.exceptions.RayTaskError as exc:
-                raise _cause(exc) from None
-            self.calls[index] += 1
-            after = on_result(index, value)
-            submit(index)
-            if after is not None:
-                after()
+                except ray.exceptions.RayTaskError as exc:
+                    fail(_cause(exc))
+                    continue
+                self.calls[index] += 1
+                try:
+                    after = on_result(index, value)
+                    top_up(index)
+                    if after is not None:
+                        after()
+                except Exception as exc:  # noqa: BLE001 - raised below, after the drain
+                    fail(exc)
+        finally:
+            self._restore = None
+        if error:
+            raise error[0]
         return lost
 
     def map_ordered(self, method: str, items: Iterable[Any]) -> Iterator[Any]:

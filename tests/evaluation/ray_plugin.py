@@ -6,6 +6,8 @@ process SIGKILLs itself when a batch holds the request ``$CHEXPERCEPT_TEST_DIE_A
 ``$CHEXPERCEPT_TEST_DIE_MARKER`` does not exist yet (it creates the file first, so a restarted
 replica answers); with ``$CHEXPERCEPT_TEST_DIE_ALWAYS=1`` it dies every time.
 It logs the batch (``start``) before dying, as a replica that dies mid-batch.
+``FaultEchoModel`` gives no answer (a ``fault`` completion, as an engine that lost the request)
+to every request of the turn named ``$CHEXPERCEPT_TEST_FAULT_AT``.
 ``StartFailsEchoModel`` is one whose engine cannot start: ``start()`` logs an ``engine`` line and
 raises ``EngineStartError`` (as the vLLM provider does for ``--max-model-len`` over the model's
 context).
@@ -20,11 +22,12 @@ from pathlib import Path
 from stage03_plugin import SlowEchoModel
 
 from utils.errors import EngineStartError
-from utils.llm.base import Completion, TurnRequest
+from utils.llm.base import FAULT, Completion, TurnRequest
 
 DIE_AT_ENV = "CHEXPERCEPT_TEST_DIE_AT"
 DIE_MARKER_ENV = "CHEXPERCEPT_TEST_DIE_MARKER"
 DIE_ALWAYS_ENV = "CHEXPERCEPT_TEST_DIE_ALWAYS"
+FAULT_AT_ENV = "CHEXPERCEPT_TEST_FAULT_AT"
 
 
 class DyingEchoModel(SlowEchoModel):
@@ -39,6 +42,17 @@ class DyingEchoModel(SlowEchoModel):
                 self._log("start", requests)
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().generate(requests)
+
+
+class FaultEchoModel(SlowEchoModel):
+    """SlowEchoModel whose requests of one turn get no answer (``status="fault"``)."""
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        turn = os.environ.get(FAULT_AT_ENV)
+        out = super().generate(requests)
+        return [Completion(text="", status=FAULT, error="the test engine lost the request")
+                if turn and r.request_id.endswith("/" + turn) else c
+                for r, c in zip(requests, out, strict=True)]
 
 
 class StartFailsEchoModel(SlowEchoModel):

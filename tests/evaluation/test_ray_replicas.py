@@ -4,9 +4,12 @@ One cluster for the module (``tests/ray_cluster.py``). Each test compares a repl
 ``all_results.json`` byte for byte with a one-engine run of the same command, and reads the
 records (each names its replica) and the plugin's request log (each ``generate`` call with its
 process id) to check that a case's turns all ran on one replica and that each turn index was
-one call per replica. A replica that SIGKILLs itself mid-batch is restarted and only its batch
-is asked again; one that keeps dying stops the run naming it, and a re-run resumes; a driver
-killed mid-run resumes as a one-engine run does.
+one call per replica. Each replica prepares, parses and scores its own turns (the driver scores
+nothing); faults it meets are logged by the driver, never recorded. A replica that SIGKILLs
+itself mid-batch is restarted, rebuilt from the records, and only its batch is asked again; one
+that keeps dying stops the run naming it, and a re-run resumes; a driver killed mid-run resumes
+as a one-engine run does. The pool's ``stream`` keeps each actor's next call queued, restores a
+restarted actor from what the caller handled, and lands the calls in flight when it stops.
 """
 
 from __future__ import annotations
@@ -30,18 +33,28 @@ from chexpercept import io
 from chexpercept.errors import ConfigError
 from chexpercept.evaluation import EvalSettings, load_bundle, select_key_ids, validate_bundle
 from chexpercept.evaluation.api import evaluate
-from chexpercept.evaluation.replicas import RayReplicas, run_replicated, start_replicas
+from chexpercept.evaluation.dialogue import answer_key
+from chexpercept.evaluation.replicas import (
+    RayReplicas,
+    ReplicaWorker,
+    light_case,
+    run_replicated,
+    start_replicas,
+)
 from utils.cli import run_main
 from utils.errors import EngineStartError, MissingDependencyError, ProviderError
+from utils.ray_pool import ActorPool
 
 require_ray()
 
-from ray_plugin import DIE_ALWAYS_ENV, DIE_AT_ENV, DIE_MARKER_ENV  # noqa: E402
+from ray_plugin import DIE_ALWAYS_ENV, DIE_AT_ENV, DIE_MARKER_ENV, FAULT_AT_ENV  # noqa: E402
+from stage03_fakes import ScriptedModel  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parents[1] / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"
 ECHO = "stage03_plugin:SlowEchoModel"
 DYING = "ray_plugin:DyingEchoModel"
+FAULTY = "ray_plugin:FaultEchoModel"
 TOTAL_TURNS = 33  # stage03_bundle: 9 + 6 + 1 + 5 + 2 + 1 + 9
 
 
@@ -169,13 +182,18 @@ def test_tiny_vlm_through_transformers_on_replicas(cluster, bench, tmp_path_fact
         replicas.close()
 
 
+@pytest.mark.parametrize(("oracle", "die_at"), [
+    ("implicit", "cardiomegaly_s50000004_positive_0/contour_revision_qa_expansion"),
+    # late in a conversation whose history holds an explicit oracle paragraph: the restarted
+    # replica's dialogue is rebuilt from the records, or its requests (and answers) differ
+    ("explicit", "opacity_s50000007_positive_0/attribute_extraction_qa_distribution")])
 def test_a_killed_replica_is_restarted_and_only_its_batch_asked_again(cluster, bench, tmp_path,
-                                                                      plugin_env, monkeypatch):
+                                                                      plugin_env, monkeypatch,
+                                                                      oracle, die_at):
     marker = tmp_path / "died"
-    monkeypatch.setenv(DIE_AT_ENV, "cardiomegaly_s50000004_positive_0/"
-                                   "contour_revision_qa_expansion")
+    monkeypatch.setenv(DIE_AT_ENV, die_at)
     monkeypatch.setenv(DIE_MARKER_ENV, str(marker))
-    many = _run(bench, tmp_path / "many", DYING, model="echo", replicas=2)
+    many = _run(bench, tmp_path / "many", DYING, oracle=oracle, model="echo", replicas=2)
     assert marker.is_file()  # a replica did die
     assert many.cases_finished == 7 and many.turns_requested == TOTAL_TURNS
     starts = [e for e in _events(plugin_env) if e["event"] == "start"]
@@ -188,8 +206,144 @@ def test_a_killed_replica_is_restarted_and_only_its_batch_asked_again(cluster, b
     assert any(e["pid"] != dead_pid and e["ids"] == lost[0]["ids"] for e in starts)
     _check_sticky(many, 2)  # the restarted replica kept its cases
     monkeypatch.delenv(DIE_AT_ENV)
+    one = _run(bench, tmp_path / "one", ECHO, oracle=oracle, model="echo")
+    _same_results(one, many)
+
+
+def test_replicas_prepare_parse_and_score_in_their_actors(cluster, bench, tmp_path, plugin_env,
+                                                         monkeypatch):
+    """The driver scores nothing: it receives finished records and appends them."""
+    import chexpercept.evaluation.session as session_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the driver scored a completion")
+
+    with monkeypatch.context() as patch:  # the driver only; the replicas are other processes
+        patch.setattr(session_module, "score_completion", refuse)
+        many = _run(bench, tmp_path / "many", ECHO, model="echo", replicas=2)
+    assert many.turns_requested == TOTAL_TURNS
     one = _run(bench, tmp_path / "one", ECHO, model="echo")
     _same_results(one, many)
+    assert (one.usage, one.cost_usd, one.statuses) == (many.usage, many.cost_usd, many.statuses)
+
+
+def test_a_replica_s_faults_are_logged_not_recorded_and_the_breaker_stops_the_run(
+        cluster, bench, tmp_path, plugin_env, monkeypatch):
+    monkeypatch.setenv(FAULT_AT_ENV, "contour_evaluation_qa")  # 5 cases have that turn
+    parked = _run(bench, tmp_path / "many", FAULTY, model="echo", replicas=2,
+                  max_consecutive_faults=0)
+    run_dir = tmp_path / "many" / "slowecho_echo" / "oracle_implicit"
+    faults = io.read_jsonl(io.faults_path(run_dir))
+    assert sorted(f["turn"] for f in faults) == ["contour_evaluation_qa"] * 5
+    assert {r["turn"] for r in io.read_jsonl(io.records_path(run_dir))} == {"detection_qa"}
+    assert parked.turns_faulted == 5 and parked.cases_finished == 2
+    assert len(parked.unfinished) == 5  # parked for the invocation, not asked again
+    with pytest.raises(ProviderError, match=r"2 request\(s\) in a row got no answer"):
+        _run(bench, tmp_path / "stop", FAULTY, model="echo", replicas=2,
+             max_consecutive_faults=2)
+    stopped = tmp_path / "stop" / "slowecho_echo" / "oracle_implicit"
+    # the other replica's batch, in flight at the stop, landed too: every fault is logged
+    assert len(io.read_jsonl(io.faults_path(stopped))) == 5
+    assert len(io.read_jsonl(io.records_path(stopped))) == 7
+    monkeypatch.delenv(FAULT_AT_ENV)
+    again = _run(bench, tmp_path / "many", FAULTY, model="echo", replicas=2)
+    assert again.turns_resumed == 7 and again.cases_finished == 7
+    one = _run(bench, tmp_path / "one", ECHO, model="echo")
+    _same_results(one, again)
+
+
+def test_a_replica_asks_nothing_after_its_engine_raised(bench):
+    """In the actor: the step queued behind one that raised returns None and asks nothing."""
+    bundle = load_bundle(bench)
+    cases = [light_case(c) for c in validate_bundle(bundle, select_key_ids(bundle))]
+    worker = ReplicaWorker("dummy", "dummy")
+    worker.model = engine = ScriptedModel(fail_on_call=1)
+    worker.set_answer_key(answer_key(cases))
+    worker.load(cases, [[] for _ in cases], EvalSettings(provider="scripted", model="m"), 0)
+    first = worker.step(0)
+    assert first is not None and len(first.records) == 7 and not first.faults
+    assert [r["turn"] for r in first.records] == ["detection_qa"] * 7
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        worker.step(1)
+    assert worker.step(1) is None and worker.step(2) is None
+    assert len(engine.calls) == 1  # nothing asked after the crash
+
+
+def test_stream_queues_the_next_call_and_restores_a_restarted_actor(cluster, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", plugin_pythonpath(HERE.parent))
+    from ray_cluster import Accumulator
+
+    marker = tmp_path / "died"
+    items = {0: [1, 2, 3, 4, 5, 6], 1: [10, 20, 30]}
+    sent = {0: 0, 1: 0}
+    totals: dict[int, list[int]] = {0: [], 1: []}
+    events: list[tuple[str, int]] = []
+
+    def next_args(i):
+        if sent[i] == len(items[i]):
+            return None
+        sent[i] += 1
+        events.append(("ask", i))
+        return (items[i][sent[i] - 1],)
+
+    def on_result(i, value):
+        events.append(("got", i))
+        return lambda: totals[i].append(value[0])
+
+    def restore(i):  # the dead actor's total, from what was handled
+        return "load", (totals[i][-1] if totals[i] else 0,)
+
+    pool = ActorPool(Accumulator, (4, str(marker)), size=2, label="worker", num_cpus=0.5)
+    try:
+        lost = pool.stream("add", next_args, on_result, depth=2, restore=restore)
+    finally:
+        pool.close()
+    assert lost == [] and marker.is_file() and pool.restarts == [1, 0]
+    assert totals == {0: [1, 3, 6, 10, 15, 21], 1: [10, 30, 60]}  # running sums, as no death
+    assert events[:2] == [("ask", 0), ("ask", 0)]  # the second call queued before the first
+    assert pool.calls == [6, 3]  # returned
+
+
+def test_stream_stops_at_an_error_and_lands_the_calls_in_flight(cluster, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", plugin_pythonpath(HERE.parent))
+    from ray_cluster import Accumulator
+
+    for where in ("actor", "caller"):
+        items = {0: [1, 2, 3, 4, 5], 1: [11, 12, 13, 14, 15]}
+        asked: list[int] = []
+        handled: list[int] = []
+        after_error: list[int] = []
+
+        def next_args(i, items=items, asked=asked):
+            if not items[i]:
+                return None
+            asked.append(items[i].pop(0))
+            return (asked[-1],)
+
+        def on_result(i, value, handled=handled, asked=asked, after_error=after_error,
+                      where=where):
+            handled.append(value[0])
+
+            def after():
+                if where == "caller" and value[0] == 3:  # 1 + 2
+                    after_error.append(len(asked))
+                    raise ValueError("the caller cannot take 3")
+            return after
+
+        pool = ActorPool(Accumulator, (), {"fail_on": 2 if where == "actor" else None,
+                                           "sleep_s": 0.2}, size=2, label="worker",
+                         num_cpus=0.5)
+        try:
+            with pytest.raises(ValueError, match="cannot"):
+                pool.stream("add", next_args, on_result, depth=2)
+        finally:
+            pool.close()
+        if where == "caller":  # nothing asked after the error; all asked calls landed
+            assert after_error == [len(asked)]
+            assert len(handled) == len(asked)
+        else:  # every call asked but the failed one landed
+            assert len(handled) == len(asked) - 1
 
 
 def test_a_replica_that_keeps_dying_stops_the_run_and_a_rerun_resumes(cluster, bench, tmp_path,

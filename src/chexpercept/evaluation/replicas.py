@@ -4,42 +4,60 @@
 :func:`chexpercept.evaluation.api.evaluate`). The driver alone opens the run folder, through
 the same :class:`~chexpercept.evaluation.session.RunSession` as a one-engine run, so the
 manifest, resume, ``records.jsonl`` and ``all_results.json`` follow the same rules. Each case is
-sticky to one replica for the whole invocation (vLLM's prefix cache keeps its conversation);
-each replica gets one ``generate`` call per turn index holding its active cases' turn t, and the
-replicas run in parallel without waiting for each other. A replica that dies is started again
-(``--ray-max-restarts`` times at most) and its batch is sent again; one that keeps dying stops
-the run with a message naming it, once the other replicas have finished. Each record gets a
-``replica`` field (the replica's index), which is neither an identity field nor part of
-``all_results.json``. See docs/design.md, "Ray replicas".
+sticky to one replica for the whole invocation (vLLM's prefix cache keeps its conversation).
+A replica's actor (:class:`ReplicaWorker`) holds its engine and its cases' conversations: it
+walks the turn indices on them, one ``generate`` call per turn index holding its active cases'
+turn t, scores each answer and hands the finished records to the driver, which appends them and
+writes the checkpoints; the replicas run in parallel without waiting for each other. A replica
+that dies is started again (``--ray-max-restarts`` times at most), rebuilt from the records the
+driver holds, and asked its batch again; one that keeps dying stops the run with a message
+naming it, once the other replicas have finished. Each record gets a ``replica`` field (the
+replica's index), which is neither an identity field nor part of ``all_results.json``. See
+docs/design.md, "Ray replicas".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.budget import check_budget
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
-from chexpercept.evaluation.dialogue import PreparedTurn
+from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
 from chexpercept.evaluation.session import (
     CaseState,
+    Drain,
     EvalSettings,
+    RunSession,
     RunSummary,
+    finish_turn,
     open_session,
 )
-from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest
+from utils.llm.base import FAULT, ChatModel, Completion, PromptLimits, TurnRequest
 from utils.llm.registry import create_model, provider_class
-from utils.ray_pool import DEFAULT_MAX_RESTARTS, ActorPool, cluster_resources, connect
+from utils.ray_pool import (
+    DEFAULT_MAX_RESTARTS,
+    ActorLost,
+    ActorPool,
+    cluster_resources,
+    connect,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Providers that send requests to a hosted API from one process: replicas add nothing.
 API_PROVIDERS = ("openai", "azure", "gemini")
+#: Turn indices a replica holds at once: the running one and the next, queued in the actor, so
+#: the engine never idles while the driver receives a batch and sends the next (on 2 cores
+#: that round trip took 15-30 ms per step; docs/design.md, "Ray replicas").
+QUEUED_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -109,16 +127,176 @@ def replica_gpus(provider: str, model: str, options: Mapping[str, Any],
     return 0.0
 
 
-def _facts(model: ChatModel) -> dict[str, Any]:
+def light_case(case: EvalCase) -> EvalCase:
+    """``case`` without its benchmark entry (``item``), as a replica receives it.
+
+    Neither the dialogue, the scoring nor the budget check reads ``item``; without the validated
+    entry a case pickles to about half the bytes and unpickles about four times faster (2,000
+    cases: 0.3 s instead of 1.2 s, on 2 cores).
+    """
+    return dataclasses.replace(case, item=None)  # type: ignore[arg-type]
+
+
+@dataclass
+class ReplicaBatch:
+    """One turn batch of a replica: asked, answered, scored and committed in its actor.
+
+    Attributes:
+        turn_index: The batch's turn index (0..8).
+        key_ids: Its cases, in the order of the ``generate`` call (selection order).
+        records: Per case, the record of its answered turn (the dict a one-engine run appends
+            to ``records.jsonl``, without ``replica``), or None when the turn got no answer.
+        faults: Position in ``key_ids`` -> (the turn as sent, its ``fault`` completion).
+        batch_latency_s: Wall time of the engine's ``generate`` call, in seconds.
+        usage: Token totals of the answered turns (:attr:`RunSummary.usage` keys).
+        cost_usd: Their estimated cost; None (NA) when the model has no price.
+        turns_requested: Answered turns.
+    """
+
+    turn_index: int
+    key_ids: list[str]
+    records: list[dict[str, Any] | None]
+    faults: dict[int, tuple[PreparedTurn, Completion]] = field(default_factory=dict)
+    batch_latency_s: float = 0.0
+    usage: Counter = field(default_factory=Counter)
+    cost_usd: float | None = 0.0
+    turns_requested: int = 0
+
+
+class ReplicaWorker:
+    """Inside a replica's actor: its engine and the conversations of the cases it runs.
+
+    The actor pool builds it in the actor: ``ReplicaWorker(provider, model, **options)`` holds
+    the same ``create_model(provider, model, **options)`` as a one-engine run. The driver hands
+    it its cases (:meth:`load`: at the start, and again in a restarted actor, whose memory died
+    with the old one) and asks its turn indices in order (:meth:`step`), the next one queued
+    behind the running one; the worker prepares the turns, calls the engine, scores each answer
+    and commits it to its case's dialogue with the one-engine runner's own functions, and
+    returns the records. Once a step raised it asks nothing more: the step queued behind it
+    returns None.
+
+    Args:
+        provider: Provider registry name (or ``module:Class``).
+        model: Model id or alias.
+        **options: ``create_model`` options (plain values).
+    """
+
+    def __init__(self, provider: str, model: str, **options: Any) -> None:
+        self.model = create_model(provider, model, **options)
+        self.states: list[CaseState] = []
+        self.settings: EvalSettings | None = None
+        self.replica = 0
+        self.failed = False
+
+    def set_answer_key(self, answers: Mapping[str, int | tuple[int, ...]]) -> None:
+        """The engine's ``set_answer_key`` (the ``oracle`` and test doubles)."""
+        self.model.set_answer_key(answers)
+
+    def preflight(self) -> None:
+        """The engine's ``preflight``."""
+        self.model.preflight()
+
+    def start(self) -> None:
+        """The engine's ``start``."""
+        self.model.start()
+
+    def close(self) -> None:
+        """The engine's ``close``."""
+        self.model.close()
+
+    def load(self, cases: Sequence[EvalCase], outcomes: Sequence[Sequence[TurnOutcome]],
+             settings: EvalSettings, replica: int) -> None:
+        """Take these cases (replacing any held), each replayed from its recorded outcomes.
+
+        A conversation is rebuilt the way a resume rebuilds it from ``records.jsonl``: each
+        recorded outcome is committed after the oracle of its turn is applied
+        (:meth:`~chexpercept.evaluation.dialogue.Dialogue.prepare`), so the next request is the
+        one the driver's copy of the case would send.
+
+        Args:
+            cases: The cases to run (:func:`light_case`), in selection order.
+            outcomes: Per case, its answered turns in turn order.
+            settings: The run's settings (oracle setting, system prompt, model id).
+            replica: This replica's index (for messages).
+        """
+        states = []
+        for case, done in zip(cases, outcomes, strict=True):
+            dialogue = Dialogue(case, settings.oracle_setting, settings.system_prompt)
+            for outcome in done:
+                dialogue.commit(dialogue.prepare(), outcome)
+            states.append(CaseState(dialogue))
+        self.states = states
+        self.settings = settings
+        self.replica = replica
+        self.failed = False
+
+    def step(self, turn_index: int) -> ReplicaBatch | None:
+        """Ask turn index ``turn_index``: one ``generate`` call, every answer scored.
+
+        The batch holds the turn of each case whose next turn has that index, in selection
+        order (the one-engine runner's batch). A ``fault`` completion (no answer) parks its
+        case for the invocation, as the driver's session does.
+
+        Args:
+            turn_index: The turn index (0..8); the driver asks a replica's indices in order.
+
+        Returns:
+            The batch, or None when no case has that turn next (its cases were parked by
+            faults) or when an earlier step raised.
+
+        Raises:
+            ProviderError: If the engine returns a wrong number of completions; what the
+                engine raised.
+        """
+        settings = self.settings
+        batch = [s for s in self.states if s.runnable and _next_index(s) == turn_index]
+        if settings is None or self.failed or not batch:
+            return None
+        try:
+            return self._ask(settings, turn_index, batch)
+        except BaseException:
+            self.failed = True  # the step queued behind this one asks nothing
+            raise
+
+    def _ask(self, settings: EvalSettings, turn_index: int,
+             batch: list[CaseState]) -> ReplicaBatch:
+        prepared = [s.dialogue.prepare() for s in batch]
+        started = time.perf_counter()
+        completions = self.model.generate([p.request for p in prepared])
+        elapsed = time.perf_counter() - started
+        if len(completions) != len(prepared):
+            raise ProviderError(f"provider {settings.provider} (replica {self.replica}) "
+                                f"returned {len(completions)} completion(s) for "
+                                f"{len(prepared)} request(s)")
+        counts = RunSummary(Path(), Path())  # this batch's counts; the driver adds them up
+        records: list[dict[str, Any] | None] = []
+        faults: dict[int, tuple[PreparedTurn, Completion]] = {}
+        for i, (state, prep, completion) in enumerate(zip(batch, prepared, completions,
+                                                           strict=True)):
+            if completion.status == FAULT:  # the driver logs it (session.score)
+                state.fault = completion.error or "no answer"
+                faults[i] = (prep, completion)
+                records.append(None)
+            else:
+                records.append(finish_turn(state, prep, completion, counts, settings.model,
+                                           elapsed))
+        return ReplicaBatch(turn_index=turn_index, key_ids=[s.key_id for s in batch],
+                            records=records, faults=faults, batch_latency_s=elapsed,
+                            usage=counts.usage, cost_usd=counts.cost_usd,
+                            turns_requested=counts.turns_requested)
+
+
+def _facts(worker: ReplicaWorker) -> dict[str, Any]:
     """In a replica: what the driver's proxy needs of the engine (no weights are loaded)."""
+    model = worker.model
     return {"model": model.model, "provider": model.provider, "describe": model.describe(),
             "runtime": model.runtime_info(), "limits": model.prompt_limits(),
             "needs_answer_key": model.needs_answer_key}
 
 
-def _check_budget(model: ChatModel, cases: Sequence[EvalCase]) -> None:
+def _check_budget(worker: ReplicaWorker, cases: Sequence[EvalCase]) -> None:
     """In replica 0: the one-engine budget check, with the engine's own token counts."""
-    check_budget(cases, model)
+    check_budget(cases, worker.model)
 
 
 class ReplicatedModel(ChatModel):
@@ -129,7 +307,7 @@ class ReplicatedModel(ChatModel):
     of the ``oracle`` (and of test doubles) goes to every replica, and again to a restarted one.
 
     Args:
-        pool: The replicas (each holds ``create_model(provider, model, **options)``).
+        pool: The replicas (each a :class:`ReplicaWorker`).
     """
 
     def __init__(self, pool: ActorPool) -> None:
@@ -201,18 +379,94 @@ def _next_index(state: CaseState) -> int | None:
     return None if turn is None else turn.spec.index
 
 
+def _turn_indices(states: Iterable[CaseState]) -> list[int]:
+    """The turn indices a replica asks, in order: those of its runnable cases' turns left.
+
+    A case's turns are planned from its ground truth (``EvalCase.turns``), not from its
+    answers, so the replica's steps are known before the first one is asked.
+    """
+    return sorted({turn.spec.index for s in states if s.runnable
+                   for turn in s.dialogue.case.turns[len(s.dialogue.outcomes):]})
+
+
+def _replica_load(session: RunSession, own: Sequence[CaseState],
+                  r: int) -> tuple[list[EvalCase], list[list[TurnOutcome]], EvalSettings, int]:
+    """:meth:`ReplicaWorker.load` arguments of replica ``r``: its runnable cases as recorded.
+
+    The driver's copy of each case holds every answer it appended (or replayed on resume),
+    so a restarted replica is rebuilt from exactly what ``records.jsonl`` holds.
+    """
+    states = [s for s in own if s.runnable]
+    return ([light_case(s.dialogue.case) for s in states],
+            [list(s.dialogue.outcomes.values()) for s in states], session.settings, r)
+
+
+def _append_batch(session: RunSession, r: int, batch: ReplicaBatch, stop: list[ProviderError],
+                  drain: Drain) -> tuple[int, ProviderError | None]:
+    """Append replica ``r``'s batch through the session, in the order of its ``generate`` call.
+
+    An answer's record (with ``replica``) goes to ``records.jsonl`` and into the driver's copy
+    of its case (:meth:`RunSession.take`); a fault goes to ``faults.jsonl`` and parks the case
+    (:meth:`RunSession.score`). When a fault trips the breaker the rest of the batch, which
+    arrived already, is still appended, and so is every batch that arrives after it (``drain``
+    counts them; docs/engines.md, "Faults").
+
+    Args:
+        session: The run.
+        r: The replica's index.
+        batch: Its answered batch.
+        stop: Empty until the breaker stopped the run; then its error.
+        drain: Counts what was appended after the stop.
+
+    Returns:
+        The cases the batch finished, and the breaker's error when this batch tripped it.
+    """
+    finished = 0
+    tripped = None
+    for pos, key_id in enumerate(batch.key_ids):
+        state = session.states[key_id]
+        record = batch.records[pos]
+        if record is not None:
+            record["replica"] = r
+            session.take(state, record)
+            finished += state.dialogue.finished
+            drain.recorded += bool(stop)
+            continue
+        prep, completion = batch.faults[pos]
+        if stop:
+            drain.finish(session, state, prep, completion, batch.batch_latency_s)
+            continue
+        try:
+            session.score(state, prep, completion, batch.batch_latency_s)
+        except ProviderError as exc:  # the fault breaker; the rest of the batch is appended
+            stop.append(exc)
+            tripped = exc
+    summary = session.summary
+    summary.usage.update(batch.usage)
+    summary.add_cost(batch.cost_usd)
+    summary.turns_requested += batch.turns_requested
+    logger.info("replica %d, turn %d/%d (%s): %d request(s) in %.1f s", r,
+                batch.turn_index + 1, NUM_TURNS, TURNS[batch.turn_index].name,
+                len(batch.key_ids), batch.batch_latency_s)
+    return finished, tripped
+
+
 def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedModel,
                    settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
                    progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
     """Run (or resume) ``cases`` on the replicas and write the run folder.
 
-    Each replica walks the turn indices t = 0..8 on its own cases: one ``generate`` call
-    holding turn t of every one of its cases whose next turn is t (in selection order), then
-    the next index once the driver has recorded the answers. Replicas do not wait for each
-    other (a case's next turn depends only on its own answers), so the driver's scoring and
-    writing of one replica's answers overlaps the others' engine time. Same arguments, returns
-    and errors as :func:`chexpercept.evaluation.runner.run_evaluation` (``progress`` advances
-    when every replica has passed a turn index), plus:
+    Each replica's actor gets its cases as recorded (:meth:`ReplicaWorker.load`), then walks
+    the turn indices t = 0..8 that its cases have left: one ``generate`` call holding turn t of
+    every one of its cases whose next turn is t (in selection order), each answer scored and
+    committed in the actor (:meth:`ReplicaWorker.step`). A replica holds its next turn index
+    queued behind the running one (:data:`QUEUED_STEPS`), so it never waits for the driver;
+    the driver appends each batch's records as it arrives (committing each to its own copy of
+    the case, as a resume replays them) and writes the checkpoints. Replicas do not wait for
+    each other. A replica that died is rebuilt from the driver's copies, which hold every batch
+    it returned before the lost one, and asked its lost turn indices again. Same arguments,
+    returns and errors as :func:`chexpercept.evaluation.runner.run_evaluation` (``progress``
+    advances when every replica has passed a turn index), plus:
 
     Raises:
         ActorLost: When a replica died more often than its restart bound; the other replicas
@@ -225,59 +479,67 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
     for state in session.active_states:
         if state.key_id in model.assignment:
             own[model.assignment[state.key_id]].append(state)
-    turn_of = [0] * n  # the next turn index each replica looks at
-    in_flight: dict[int, tuple[int, list[CaseState], list[PreparedTurn], float]] = {}
-    ticks = iter(progress(range(NUM_TURNS), total=NUM_TURNS, desc="turns")
-                 if progress is not None else range(NUM_TURNS))
-    passed = [next(ticks, None)]  # the turn index the progress shows (all replicas reached)
+    plan = [_turn_indices(own[r]) for r in range(n)]  # each replica's steps, in order
+    sent = [0] * n  # steps handed to the pool, per replica
+    handled = [0] * n  # steps whose batch the driver handled, per replica
     unsaved = [0]
-
-    def next_args(r: int) -> tuple[Any, ...] | None:
-        while turn_of[r] < NUM_TURNS:
-            t = turn_of[r]
-            batch = [s for s in own[r] if s.runnable and _next_index(s) == t]
-            if batch:
-                prepared = [s.dialogue.prepare() for s in batch]
-                in_flight[r] = (t, batch, prepared, time.perf_counter())
-                return ([p.request for p in prepared],)
-            turn_of[r] += 1
-        return None
-
-    def on_result(r: int, completions: list[Completion]) -> Callable[[], None]:
-        t, batch, prepared, started = in_flight.pop(r)
-        elapsed = time.perf_counter() - started
-        session.summary.generate_calls += 1
-        if len(completions) != len(prepared):
-            raise ProviderError(f"provider {settings.provider} (replica {r}) returned "
-                                f"{len(completions)} completion(s) for {len(prepared)} "
-                                f"request(s)")
-        records = []
-        for state, prep, completion in zip(batch, prepared, completions, strict=True):
-            # appended once the replica's next batch is on its way (write below)
-            record = session.score(state, prep, completion, elapsed, extra={"replica": r})
-            if record is not None:
-                records.append(record)
-                unsaved[0] += state.dialogue.finished
-        turn_of[r] = t + 1
-
-        def write() -> None:  # runs once the replica's next batch is on its way
-            for record in records:
-                session.writer.append(record)
-            logger.info("replica %d, turn %d/%d (%s): %d request(s) in %.1f s", r, t + 1,
-                        NUM_TURNS, TURNS[t].name, len(batch), elapsed)
-            if unsaved[0] >= settings.save_every:
-                done = session.write_results()
-                logger.info("checkpoint: %d finished case(s) in %s", done,
-                            session.store.results_path)
-                unsaved[0] = 0
-            low = min(turn_of)
-            while passed[0] is not None and passed[0] < low:
-                passed[0] = next(ticks, None)
-
-        return write
-
+    stop: list[ProviderError] = []  # the fault breaker's error, once it stopped the run
+    drain = Drain()
     try:
-        lost = model.pool.stream("generate", next_args, on_result)
+        # every replica's cases cross once, before the turn loop (as its engine's start)
+        loaded = model.pool.call("load", {r: _replica_load(session, own[r], r)
+                                          for r in range(n) if plan[r]}, count=False)
+        lost = [v for v in loaded.values() if isinstance(v, ActorLost)]
+        for r, value in loaded.items():
+            if isinstance(value, ActorLost):
+                plan[r] = []
+        ticks = iter(progress(range(NUM_TURNS), total=NUM_TURNS, desc="turns")
+                     if progress is not None else range(NUM_TURNS))
+        passed = [next(ticks, None)]  # the turn index the progress shows (all replicas reached)
+
+        def next_args(r: int) -> tuple[int] | None:
+            if sent[r] == len(plan[r]):
+                return None
+            sent[r] += 1
+            return (plan[r][sent[r] - 1],)
+
+        def on_result(r: int, batch: ReplicaBatch | None) -> Callable[[], None] | None:
+            handled[r] += 1
+            if batch is not None:  # None: its cases were parked by faults, nothing was asked
+                session.summary.generate_calls += 1
+
+            def write() -> None:  # runs once the replica's next batch is on its way
+                tripped = None
+                if batch is not None:
+                    finished, tripped = _append_batch(session, r, batch, stop, drain)
+                    unsaved[0] += finished
+                if unsaved[0] >= settings.save_every:
+                    done = session.write_results()
+                    logger.info("checkpoint: %d finished case(s) in %s", done,
+                                session.store.results_path)
+                    unsaved[0] = 0
+                low = min(plan[i][handled[i]] if handled[i] < len(plan[i]) else NUM_TURNS
+                          for i in range(n))
+                while passed[0] is not None and passed[0] < low:
+                    passed[0] = next(ticks, None)
+                if tripped is not None:  # nothing is asked after it; what is in flight lands
+                    raise tripped
+
+            if batch is not None and batch.faults:
+                write()  # before the next step is asked: a breaker it trips stops the run
+                return None
+            return write
+
+        def restore(r: int) -> tuple[str, tuple[Any, ...]]:
+            return "load", _replica_load(session, own[r], r)
+
+        try:
+            lost += model.pool.stream("step", next_args, on_result, depth=QUEUED_STEPS,
+                                      restore=restore)
+        except ProviderError as exc:
+            if stop and exc is stop[0]:
+                raise drain.error(exc) from None
+            raise
         for _ in ticks:  # the progress (and a timer wrapped around it) ends with the loop
             pass
         if lost:
@@ -312,7 +574,7 @@ def start_replicas(provider: str, model: str, options: Mapping[str, Any],
     logger.info("Ray: %d replica(s) of %s/%s, %g GPU and %g CPU each; cluster %s",
                 settings.replicas, provider, model, gpus, settings.cpus_per_replica,
                 cluster_resources())
-    pool = ActorPool(create_model, (provider, model), options, size=settings.replicas,
+    pool = ActorPool(ReplicaWorker, (provider, model), options, size=settings.replicas,
                      label="replica", num_cpus=settings.cpus_per_replica, num_gpus=gpus,
                      max_restarts=settings.max_restarts)
     try:
@@ -344,7 +606,7 @@ def evaluate_on_ray(bundle: Bundle, cases: Sequence[EvalCase], settings: EvalSet
     model = start_replicas(settings.provider, settings.model, options, ray)
     try:
         model.preflight()
-        model.pool.apply_one(0, _check_budget, list(cases))
+        model.pool.apply_one(0, _check_budget, [light_case(c) for c in cases])
         model.start()  # every engine up before the run folder is opened
         logger.info("provider %s, model %s, oracle %s, %d case(s) on %d replica(s) -> %s",
                     settings.provider, settings.model, settings.oracle_setting, len(cases),

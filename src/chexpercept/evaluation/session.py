@@ -568,6 +568,27 @@ class RunSession:
         record.update(extra or {})
         return record
 
+    def take(self, state: CaseState, record: dict[str, Any]) -> None:
+        """Append a record answered and scored elsewhere (a Ray replica's actor).
+
+        The case takes the answer the way a resume replays ``records.jsonl`` (:func:`_replay`),
+        so this session holds what a re-run would rebuild (docs/design.md, "Ray replicas"); the
+        fault breaker counts it as an answer. The caller adds to the summary's counts.
+
+        Raises:
+            ValueError: If the record is not the case's next turn (names key_id and turns).
+        """
+        nxt = state.dialogue.next_turn
+        if nxt is None or nxt.spec.name != record["turn"]:
+            raise ValueError(f"{state.key_id}: a record of turn {record['turn']!r} arrived, "
+                             f"but the case's next turn is "
+                             f"{nxt.spec.name if nxt is not None else None!r}")
+        self.dirty = True
+        self.breaker.observe(Completion(text=record["raw"],
+                                        status=record["completion_status"]))
+        _replay(state, {record["turn"]: record})
+        self.writer.append(record)
+
     def close(self) -> RunSummary:
         """Close the records, rewrite ``all_results.json`` if it is behind, fill the summary.
 
