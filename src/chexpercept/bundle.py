@@ -27,7 +27,12 @@ from PIL import Image
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.io import WORK_SIZE, BenchmarkLayout, read_json
-from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS
+from chexpercept.lesions import (
+    LESIONS,
+    PATH_STAGES,
+    QA_PATHS,
+    expected_stages,
+)
 from chexpercept.schema import BenchmarkItem, PointOption, load_benchmark, qa_path_of
 from utils.imaging import ImageHeader, inspect_image
 
@@ -84,12 +89,13 @@ def stage_counts(item: BenchmarkItem) -> tuple[int, int, int, int]:
     (LF 1, RF 6 (cardiomegaly 2), RR 9 (cardiomegaly 5); docs/benchmark_format.md, "QA paths").
     """
     path = qa_path_of(item)
-    if path == "lesion_free":
+    asked = PATH_STAGES[path]  # the one path rule (chexpercept.lesions)
+    if 2 not in asked:
         return (1, 0, 0, 0)
     contour = item.contour_qa
     assert contour is not None  # path_of guarantees it
     s3 = 0
-    if path == "revision_required":
+    if 3 in asked:
         s3 = sum(1 for q in (contour.contour_revision_qa_expansion,
                              contour.contour_revision_qa_contraction,
                              contour.contour_revision_qa_revision_result) if q is not None)
@@ -326,9 +332,10 @@ def _structure_problems(key_id: str, item: BenchmarkItem) -> list[str]:
         problems.append(f"{key_id}: pair_id '{item.pair_id}' does not match the key_id "
                         f"(expected '{pair_id}')")
     path = qa_path_of(item)
-    if path == "lesion_free":
+    asked = expected_stages(path, lesion)  # the one path rule (chexpercept.lesions)
+    if 2 not in asked:
         return problems
-    wants_attrs = lesion not in NO_ATTRIBUTE_LESIONS
+    wants_attrs = 4 in asked
     if wants_attrs and item.attribute_extraction_qa is None:
         problems.append(f"{key_id}: positive {lesion} case has no attribute_extraction_qa "
                         f"(every lung-lesion positive is asked Stage 4)")
@@ -336,7 +343,7 @@ def _structure_problems(key_id: str, item: BenchmarkItem) -> list[str]:
         problems.append(f"{key_id}: attribute_extraction_qa must be null for {lesion}")
     contour = item.contour_qa
     assert contour is not None
-    if path != "revision_required":
+    if 3 not in asked:
         return problems
     exp, con = contour.contour_revision_qa_expansion, contour.contour_revision_qa_contraction
     res = contour.contour_revision_qa_revision_result

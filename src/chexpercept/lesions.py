@@ -29,6 +29,39 @@ NO_ATTRIBUTE_LESIONS: frozenset[str] = frozenset({"cardiomegaly"})
 
 QA_PATHS: tuple[str, ...] = ("revision_required", "revision_free", "lesion_free")
 
+#: Stages each path asks, in dialogue order (docs/benchmark_format.md, "QA paths"): detection
+#: (1), contour evaluation (2), contour revision (3), attribute extraction (4).
+PATH_STAGES: dict[str, tuple[int, ...]] = {
+    "revision_required": (1, 2, 3, 4),
+    "revision_free": (1, 2, 4),
+    "lesion_free": (1,),
+}
+
+
+def expected_stages(qa_path: str, lesion: str) -> tuple[int, ...]:
+    """Stages a case of ``qa_path`` and ``lesion`` is asked, in order: the one rule.
+
+    RR = 1-4, RF = 1, 2, 4, LF = 1; cardiomegaly has no stage 4 (docs/benchmark_format.md,
+    "QA paths" and "Cardiomegaly"). Stage 03 plans its turns, Stage 04 scores and the bundle
+    check counts questions by it.
+
+    Args:
+        qa_path: One of :data:`QA_PATHS`.
+        lesion: One of :data:`LESIONS`.
+
+    Returns:
+        Stage numbers in dialogue order.
+
+    Raises:
+        InputError: If ``qa_path`` is unknown.
+    """
+    if qa_path not in PATH_STAGES:
+        raise InputError(f"unknown qa_path '{qa_path}'; expected one of {', '.join(QA_PATHS)}")
+    stages = PATH_STAGES[qa_path]
+    if lesion in NO_ATTRIBUTE_LESIONS:
+        stages = tuple(s for s in stages if s != 4)
+    return stages
+
 
 def validate_lesion(name: str, *, where: str = "") -> str:
     """Return ``name`` if it is one of :data:`LESIONS`.

@@ -326,15 +326,22 @@ MULTI_SELECT = frozenset({"contour_revision_qa_expansion", "contour_revision_qa_
                           "location"})
 
 
-def qa_path_of(item: BenchmarkItem) -> str:
-    """Path of a case: lesion_free / revision_free / revision_required.
+def qa_path_of(item: BenchmarkItem, key_id: str | None = None) -> str:
+    """Path of a case from its ground truth: lesion_free / revision_free / revision_required.
 
     docs/benchmark_format.md, "QA paths".
+
+    Args:
+        item: The case.
+        key_id: Its key_id, named in the error (None: not named).
+
+    Raises:
+        SchemaError: If a positive case has no ``contour_qa``.
     """
     if item.detection_qa.answer != "Yes":
         return "lesion_free"
     if item.contour_qa is None:
-        raise SchemaError("positive case without contour_qa")
+        raise SchemaError(f"{key_id + ': ' if key_id else ''}positive case without contour_qa")
     return "revision_free" if item.contour_qa.no_deformation else "revision_required"
 
 

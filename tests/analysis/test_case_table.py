@@ -9,16 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from chexpercept.analysis import (
-    case_table,
-    cell_stats,
-    discover_runs,
-    expected_stages,
-    load_chance_or_none,
-    question_chance,
-    read_case_table,
-    strata_weights,
-)
+from chexpercept.analysis import case_table, cell_stats, discover_runs, load_chance_or_none, question_chance, read_case_table, strata_weights
+from chexpercept.lesions import expected_stages
 from chexpercept.analysis.bootstrap import (
     GROUPS,
     MIN_BOOTSTRAP_CASES,

@@ -162,3 +162,19 @@ def test_helpers():
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd"]
     assert listed_option_count("Q?\n\nOptions:\n(1) Yes\n(2) No") == 2
     assert listed_option_count("Q without a list") is None
+
+
+def test_a_case_whose_attribute_block_disagrees_with_the_path_rule_is_refused(tmp_path):
+    """Stage 4 is asked by the one path rule (chexpercept.lesions.expected_stages): an
+    effusion case without its attribute block, or a cardiomegaly case carrying one, is named,
+    never planned with a guessed set of turns."""
+    bundle_dir = write_bundle(tmp_path / "bench")
+    data = load_items(bundle_dir)
+    rf, cardio = "effusion_s50000002_positive_0", "cardiomegaly_s50000004_positive_0"
+    data[cardio]["attribute_extraction_qa"] = data[rf]["attribute_extraction_qa"]
+    data[rf]["attribute_extraction_qa"] = None
+    (bundle_dir / "chexpercept.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SchemaError) as err:
+        validate_bundle(load_bundle(bundle_dir), [rf, cardio])
+    assert f"{rf}: positive effusion case has no attribute_extraction_qa" in str(err.value)
+    assert f"{cardio}: attribute_extraction_qa must be null for cardiomegaly" in str(err.value)

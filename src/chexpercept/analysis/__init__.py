@@ -20,7 +20,6 @@ from chexpercept.analysis.case_table import (
     METRICS,
     CaseTable,
     case_table,
-    expected_stages,
     read_case_table,
     split_unfinished,
 )
@@ -69,7 +68,6 @@ __all__ = [
     "cell_stats",
     "chance_table",
     "discover_runs",
-    "expected_stages",
     "format_cell",
     "format_comparison",
     "format_summary_table",

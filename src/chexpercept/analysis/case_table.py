@@ -26,8 +26,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chexpercept.errors import ChexperceptError, InputError, SchemaError
-from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.errors import ChexperceptError, SchemaError
+from chexpercept.lesions import (
+    LESIONS,
+    NO_ATTRIBUTE_LESIONS,
+    PATH_STAGES,
+    QA_PATHS,
+    expected_stages,
+    lesion_from_key_id,
+)
 from chexpercept.run_store import RunStore
 from chexpercept.schema import ATTRIBUTE_KEYS, STATUSES, parse_all_results
 
@@ -40,12 +47,6 @@ STAGE_FIELDS: dict[int, str] = {
     2: "contour_evaluation_qa",
     3: "contour_revision_qa",
     4: "attribute_extraction_qa",
-}
-#: Stages each path asks (docs/metrics.md, "Stage accuracy").
-PATH_STAGES: dict[str, tuple[int, ...]] = {
-    "revision_required": (1, 2, 3, 4),
-    "revision_free": (1, 2, 4),
-    "lesion_free": (1,),
 }
 #: Contour-revision sub-questions (revision-required cases; docs/metrics.md, "Sub-questions").
 REVISION_KEYS: tuple[str, ...] = ("expansion", "contraction", "revision_result")
@@ -68,30 +69,6 @@ METRICS: tuple[str, ...] = (
 METRIC_INDEX = {m: i for i, m in enumerate(METRICS)}
 #: Record keys a damaged record may carry that Stage 04 never reads (left out of validation).
 UNUSED_RECORD_KEYS: tuple[str, ...] = ("chat_history", "token_usage", "_chat_history_idx")
-
-
-def expected_stages(qa_path: str, lesion: str) -> tuple[int, ...]:
-    """Stages a case of ``qa_path`` and ``lesion`` is asked, in order.
-
-    RR = 1-4, RF = 1, 2, 4, LF = 1; cardiomegaly has no stage 4 (docs/metrics.md,
-    "Stage accuracy").
-
-    Args:
-        qa_path: One of ``lesions.QA_PATHS``.
-        lesion: One of ``lesions.LESIONS``.
-
-    Returns:
-        Stage numbers in dialogue order.
-
-    Raises:
-        InputError: If ``qa_path`` is unknown.
-    """
-    if qa_path not in PATH_STAGES:
-        raise InputError(f"unknown qa_path '{qa_path}'; expected one of {', '.join(QA_PATHS)}")
-    stages = PATH_STAGES[qa_path]
-    if lesion in NO_ATTRIBUTE_LESIONS:
-        stages = tuple(s for s in stages if s != 4)
-    return stages
 
 
 def structural(lesion: str, path: str, metric: str) -> bool:

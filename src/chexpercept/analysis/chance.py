@@ -23,11 +23,16 @@ from chexpercept.analysis.case_table import (
     REVISION_KEYS,
     SUB_KEYS,
     CaseTable,
-    expected_stages,
     layout,
 )
 from chexpercept.errors import ChexperceptError
-from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.lesions import (
+    LESIONS,
+    NO_ATTRIBUTE_LESIONS,
+    QA_PATHS,
+    expected_stages,
+    lesion_from_key_id,
+)
 from chexpercept.schema import ATTRIBUTE_KEYS, STATUSES, BenchmarkItem, load_benchmark
 
 logger = logging.getLogger(__name__)

@@ -27,10 +27,10 @@ from typing import Any
 from chexpercept import io
 from chexpercept.analysis._memory import release_free_memory
 from chexpercept.analysis._workers import worker_pool
-from chexpercept.analysis.case_table import MAX_DEPTH, PATH_STAGES, REVISION_KEYS
+from chexpercept.analysis.case_table import MAX_DEPTH, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
 from chexpercept.analysis.release_tables import RunMetrics
-from chexpercept.lesions import LESIONS, QA_PATHS
+from chexpercept.lesions import LESIONS, PATH_STAGES, QA_PATHS
 from chexpercept.schema import ATTRIBUTE_KEYS
 
 #: Resolution of every plot (the release's).

@@ -38,10 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept import io
-from chexpercept.analysis.case_table import expected_stages
 from chexpercept.analysis.runs import RunRef
 from chexpercept.errors import InputError
-from chexpercept.lesions import LESIONS, NO_ATTRIBUTE_LESIONS, QA_PATHS, lesion_from_key_id
+from chexpercept.lesions import (
+    LESIONS,
+    NO_ATTRIBUTE_LESIONS,
+    QA_PATHS,
+    expected_stages,
+    lesion_from_key_id,
+)
 from chexpercept.provenance import redact_secrets
 from chexpercept.run_store import RunStore
 from chexpercept.schema import STATUSES

@@ -22,7 +22,7 @@ from chexpercept import io, schema
 from chexpercept.bundle import check_bundle, none_index, ordinal, point_text
 from chexpercept.bundle import listed_option_count as listed_option_count  # re-exported
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.lesions import QA_PATHS
+from chexpercept.lesions import QA_PATHS, expected_stages
 
 logger = logging.getLogger(__name__)
 
@@ -154,18 +154,6 @@ def load_bundle(benchmark_dir: str | Path) -> Bundle:
     return Bundle(layout=layout, items=items, json_sha256=digest)
 
 
-def qa_path_of(key_id: str, item: schema.BenchmarkItem) -> str:
-    """Path of a case from its ground truth (docs/benchmark_format.md, "QA paths").
-
-    Raises:
-        SchemaError: If a positive case has no ``contour_qa``.
-    """
-    try:
-        return schema.qa_path_of(item)
-    except SchemaError as exc:
-        raise SchemaError(f"{key_id}: {exc}") from None
-
-
 def select_key_ids(bundle: Bundle, *, limit: int | None = None,
                    per_path_limit: int | None = None) -> list[str]:
     """Cases to evaluate, in JSON order (docs/evaluation_protocol.md, "Turn order").
@@ -186,7 +174,7 @@ def select_key_ids(bundle: Bundle, *, limit: int | None = None,
         counts = dict.fromkeys(QA_PATHS, 0)
         out = []
         for key_id in keys:
-            path = qa_path_of(key_id, bundle.items[key_id])
+            path = schema.qa_path_of(bundle.items[key_id], key_id)
             if counts[path] < per_path_limit:
                 counts[path] += 1
                 out.append(key_id)
@@ -197,20 +185,22 @@ def select_key_ids(bundle: Bundle, *, limit: int | None = None,
 def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayout) -> EvalCase:
     """Build the turns a case is asked (docs/evaluation_protocol.md, "Turn order").
 
-    No file is opened. Turns by path: detection (all); contour evaluation (RF, RR);
-    expansion, contraction and revision result (RR); the four attribute questions (RF, RR,
-    unless ``attribute_extraction_qa`` is null, i.e. cardiomegaly).
+    No file is opened. The stages come from the one path rule
+    (:func:`chexpercept.lesions.expected_stages`): detection (all); contour evaluation (RF,
+    RR); expansion, contraction and revision result (RR); the four attribute questions (RF,
+    RR, not for cardiomegaly, whose ``attribute_extraction_qa`` is null).
 
     Raises:
         SchemaError: Naming the key_id and every question missing for its path.
     """
     lesion = key_id.split("_", 1)[0]
-    path = qa_path_of(key_id, item)
+    path = schema.qa_path_of(item, key_id)
+    asked = expected_stages(path, lesion)  # the one path rule (chexpercept.lesions)
     turns: list[PlannedTurn] = []
     det = item.detection_qa
     turns.append(PlannedTurn(TURNS[0], det.question, (layout.detection_image(key_id),),
                              det.answer_index, tuple(det.answer_options)))
-    if path == "lesion_free":
+    if 2 not in asked:
         return EvalCase(key_id, lesion, path, tuple(turns), item)
     contour = item.contour_qa
     assert contour is not None  # guaranteed by qa_path_of
@@ -218,7 +208,7 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayou
     turns.append(PlannedTurn(TURNS[1], ev.question,
                              (layout.contour_eval_image(key_id, ev.relative_path),),
                              ev.answer_index, tuple(ev.answer_options)))
-    if path == "revision_required":
+    if 3 in asked:
         missing = [name for name in ("contour_revision_qa_expansion",
                                      "contour_revision_qa_contraction",
                                      "contour_revision_qa_revision_result", "initial_context")
@@ -242,8 +232,10 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayou
             tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options),
             res.answer_index,
             tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1))))
-    attrs = item.attribute_extraction_qa
-    if attrs is not None:
+    if 4 in asked:
+        attrs = item.attribute_extraction_qa
+        if attrs is None:  # validate_bundle names it first (chexpercept.bundle)
+            raise SchemaError(f"{key_id}: positive {lesion} case has no attribute_extraction_qa")
         questions = {"distribution": attrs.distribution, "location": attrs.location,
                      "severity/measurement": attrs.severity_measurement,
                      "comparison": attrs.comparison}
