@@ -92,12 +92,19 @@ def add_output_dir_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
     add_aliased_arg(parser, "output_dir", default=None, help=help_text)
 
 
-def add_config_arg(parser: argparse.ArgumentParser, default: str | None) -> None:
-    """Add ``--config`` (path to the YAML config)."""
+def add_config_arg(parser: argparse.ArgumentParser, default: str | Path | None) -> None:
+    """Add ``--config`` (path to the YAML config).
+
+    Args:
+        parser: The script's parser.
+        default: The file read without ``--config`` (the stage scripts pass the repository's
+            ``cfg/config.yaml`` as an absolute path, so the default does not depend on the
+            working directory), or None for a script whose config is optional.
+    """
     parser.add_argument(
         "--config",
-        default=default,
-        help=f"YAML config file (default: {default}).",
+        default=None if default is None else str(default),
+        help=f"YAML config file (default: {default if default is not None else 'none'}).",
     )
 
 

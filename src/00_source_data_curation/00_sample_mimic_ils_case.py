@@ -38,9 +38,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from chexpercept import io
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import sample_mimic_ils_cases
+from chexpercept.layouts import default_config_path
 from utils.cli import (
     add_aliased_arg,
     add_common_args,
@@ -53,14 +53,13 @@ from utils.cli import (
 
 logger = logging.getLogger("00_sample_mimic_ils_case")
 
-DEFAULT_CONFIG = str(io.repo_root() / "cfg" / "config.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, DEFAULT_CONFIG)
+    add_config_arg(parser, default_config_path())
     add_output_dir_arg(
         parser, "Stage 00 output folder (default: <path.work_dir>/00_source_data_curation, or "
                 "src/00_source_data_curation/outputs when path.work_dir is unset).")

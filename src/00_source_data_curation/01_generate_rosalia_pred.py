@@ -46,9 +46,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from chexpercept import io
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import generate_candidate_masks
+from chexpercept.layouts import default_config_path
 from utils.cli import (
     add_aliased_arg,
     add_allow_failures_arg,
@@ -64,14 +64,13 @@ from utils.ray_pool import add_ray_worker_args, ray_workers_from_args
 
 logger = logging.getLogger("01_generate_rosalia_pred")
 
-DEFAULT_CONFIG = str(io.repo_root() / "cfg" / "config.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, DEFAULT_CONFIG)
+    add_config_arg(parser, default_config_path())
     add_aliased_arg(
         parser, "max_samples", type=int, default=None,
         help="Positives per lesion, global first then basic (default: "

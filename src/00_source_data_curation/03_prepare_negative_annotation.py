@@ -20,9 +20,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from chexpercept import io
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import prepare_negative_sheet
+from chexpercept.layouts import default_config_path
 from utils.cli import (
     add_aliased_arg,
     add_common_args,
@@ -34,14 +34,13 @@ from utils.cli import (
 
 logger = logging.getLogger("03_prepare_negative_annotation")
 
-DEFAULT_CONFIG = str(io.repo_root() / "cfg" / "config.yaml")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, DEFAULT_CONFIG)
+    add_config_arg(parser, default_config_path())
     add_aliased_arg(
         parser, "samples_per_lesion", type=int, default=None,
         help="Negatives per lesion (default: source_data_curation.samples_per_lesion_negative).")

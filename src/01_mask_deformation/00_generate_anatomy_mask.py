@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from chexpercept.anatomy import generate_anatomy_masks
 from chexpercept.config_schema import load_chexpercept_config
+from chexpercept.layouts import default_config_path
 from utils.cli import (
     add_aliased_arg,
     add_common_args,
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (release flag spellings, kebab-case aliases)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, "cfg/config.yaml")
+    add_config_arg(parser, default_config_path())
     add_aliased_arg(
         parser, "meta_csv", default=None,
         help="CSV with a dicom_id column (default: the Stage 00 positive labeling sheet "

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.deformation import DEFAULT_NUM_WORKERS, deform_masks
+from chexpercept.layouts import default_config_path
 from utils.cli import (
     add_aliased_arg,
     add_allow_failures_arg,
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (release flag spellings, kebab-case aliases)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, "cfg/config.yaml")
+    add_config_arg(parser, default_config_path())
     add_aliased_arg(
         parser, "positive_sheet", default=None,
         help="Positive labeling sheet with the optimal? column (default: the Stage 00 "

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.config_schema import load_chexpercept_config
+from chexpercept.layouts import default_config_path
 from chexpercept.qa import DEFAULT_NUM_WORKERS, generate_qa_from_config
 from utils.cli import (
     add_aliased_arg,
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI (release flags plus ``--chexmask-dir`` / ``--cxas-dir``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, "cfg/config.yaml")
+    add_config_arg(parser, default_config_path())
     parser.add_argument("--deformation-results-json", type=Path, default=None,
                         help="Stage 01 results (default: <stage 01 outputs>/deformation_results/"
                              "deformation_results.json).")

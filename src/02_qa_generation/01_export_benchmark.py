@@ -23,6 +23,7 @@ from pathlib import Path
 
 from chexpercept.bundle import format_stats_table
 from chexpercept.config_schema import load_chexpercept_config
+from chexpercept.layouts import default_config_path
 from chexpercept.qa import DEFAULT_BENCHMARK_DIR, LINK_MODES, export_benchmark_from_config
 from utils.cli import add_common_args, add_config_arg, run_main, start_logging
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The CLI (new script; the release copied qa_results.json by hand)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(parser, "cfg/config.yaml")
+    add_config_arg(parser, default_config_path())
     parser.add_argument("--qa-results-json", type=Path, default=None,
                         help="Stage 02 results (default: <stage 02 outputs>/qa_results/"
                              "qa_results.json).")

@@ -32,6 +32,17 @@ def repo_root() -> Path:
     return Path.cwd()
 
 
+def default_config_path() -> Path:
+    """The config a stage reads when ``--config`` is not given: ``<repo>/cfg/config.yaml``.
+
+    The one ``--config`` rule of the numbered scripts (docs/building.md, "Configuration"): a script
+    that needs a config defaults to this file, wherever it is started from; a script whose
+    config is optional (Stage 00.02 and 00.04, Stages 03 and 04) defaults to none. A path
+    given on the command line is relative to the working directory, as any path argument.
+    """
+    return repo_root() / "cfg" / "config.yaml"
+
+
 def stage_output_dir(stage: str, work_dir: str | Path | None = None) -> Path:
     """Output folder of a stage ("00".."04").
 

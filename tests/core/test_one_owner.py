@@ -37,3 +37,22 @@ def _definitions() -> dict[str, list[str]]:
 def test_each_rule_is_defined_once_by_its_owner():
     found = _definitions()
     assert {name: found.get(name) for name in OWNERS} == {n: [p] for n, p in OWNERS.items()}
+
+
+def test_every_stage_script_follows_the_one_config_default_rule():
+    """``--config`` defaults to the repository's cfg/config.yaml (absolute) or to none."""
+    import importlib.util
+
+    from chexpercept.layouts import default_config_path
+
+    defaults = {}
+    for script in sorted(ROOT.glob("src/0*_*/0*_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_script_{script.stem}", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        parser = module.build_parser()
+        action = next((a for a in parser._actions if "--config" in a.option_strings), None)
+        if action is not None:
+            defaults[str(script.relative_to(ROOT))] = action.default
+    assert defaults and set(defaults.values()) <= {None, str(default_config_path())}, defaults
+    assert str(default_config_path()) == str(ROOT / "cfg" / "config.yaml")
