@@ -41,6 +41,9 @@ NEW_RULES = frozenset({
     "option-text-short", "option-text-justify", "none-phrase", "boxed-echo", "boxed-text",
     "boxed-justify", "box-justify", "final-response-heading", "thinking-heading-unclosed",
     "blocked", "quotes",
+    # issue 20: every statement of an answer is read whole or not at all
+    "item-note", "item-note-several", "justify-names-option", "justify-number", "latex-math",
+    "boxed-measurement", "boxed-list", "quoted-echo",
 })
 #: Rules of the parser before that revision (rows still exercise them).
 OLD_RULES = frozenset({
@@ -55,6 +58,8 @@ NEGATIVE_KINDS = {
     "out-of-range": frozenset({"out-of-range"}),
     "letter": frozenset({"letter"}),
     "truncated": frozenset({"truncated"}),
+    # a justification that names another option would hide part of the answer
+    "names-other-option": frozenset({"justify-names-option"}),
 }
 
 OK, UNP, TRUNC, REF, BLK = "ok", "unparseable", "truncated", "refused", "blocked"
@@ -130,6 +135,20 @@ REPLIES: list[Reply] = [
           f"<think>\n{_THINK}\n</think>\n\nAnswer：２（No）", (2,), OK, "full-width"),
     Reply("reasoning-closed", "yes_no", S, "stop",
           "<think>\n\n</think>\n\nAnswer: 1<|im_end|>", (1,), OK, "special-tokens"),
+    Reply("reasoning-closed", "points", M, "stop",
+          f"<think>\n{_POINTS_THINK}\n</think>\n\nAnswer: 1 (red), 3 (yellow)", (1, 3), OK,
+          "item-note"),
+    Reply("reasoning-closed", "yes_no", S, "stop",
+          f"<think>\n{_THINK}\n</think>\n\nAnswer: \\(2\\)", (2,), OK, "latex-math"),
+    Reply("reasoning-closed", "masks", S, "stop",
+          f"<think>\n{_THINK}\n</think>\n\nAnswer: 2, because 3 also hugs the meniscus", None,
+          UNP, "justify-names-option"),
+    Reply("reasoning-closed", "zones", S, "stop",
+          f"<think>\n{_THINK}\n</think>\n\nAnswer: 2\n\nThe lesion measures \\boxed{{3.5 cm}}",
+          (2,), OK, "boxed-measurement"),
+    Reply("reasoning-closed", "points", M, "stop",
+          f"<think>\n{_POINTS_THINK}\n</think>\n\nAnswer: $\\boxed{{1}}$, $\\boxed{{3}}$", (1, 3),
+          OK, "boxed-list"),
 
     # --- reasoning-unclosed: cut off inside <think>, or the opener sits in the template ---
     Reply("reasoning-unclosed", "yes_no", S, "length",
@@ -169,12 +188,22 @@ REPLIES: list[Reply] = [
           f"<think>\n{_THINK}\n</think", None, TRUNC, "truncated"),
     Reply("reasoning-unclosed", "masks", S, "stop",
           "Wait, the 3rd mask includes the hilum, so the final answer is 2. the 3rd mask is "
-          "too wide", (2,), OK, "justify-period"),
+          "too wide", None, UNP, "justify-names-option"),
+    Reply("reasoning-unclosed", "masks", S, "stop",
+          "Wait, the 3rd mask includes the hilum, so the final answer is 2. the second one is "
+          "tight", (2,), OK, "justify-period"),
     Reply("reasoning-unclosed", "yes_no", S, "stop",
           f"<think>\n{_THINK} Answer: １", None, UNP, "unclosed"),
     Reply("reasoning-unclosed", "zones", S, "stop",
           "Okay. Counting the zones the opacity touches: lower and middle.\n\nAnswer: 2 - 3",
           None, UNP, "number-after-separator"),
+    Reply("reasoning-unclosed", "points", M, "stop",
+          f"Okay, {_POINTS_THINK}\n\nAnswer: 1 [red], 3 [yellow]", (1, 3), OK, "item-note"),
+    Reply("reasoning-unclosed", "zones", S, "stop",
+          "Hmm, the opacity reaches the mid zone.\n\nAnswer: 2 because the lesion spans 3 zones",
+          None, UNP, "justify-names-option"),
+    Reply("reasoning-unclosed", "yes_no", S, "stop",
+          f"Okay, {_THINK}\n\nThe answer is \\(1\\).", (1,), OK, "latex-math"),
 
     # --- gemma: Gemma 3 / MedGemma, <unused94>thought..<unused95>, <end_of_turn> ---
     Reply("gemma", "yes_no", S, "stop", "Answer: 2<end_of_turn>", (2,), OK, "special-tokens"),
@@ -215,6 +244,14 @@ REPLIES: list[Reply] = [
           f"<unused94>thought\n{_THINK} Answer: 2<unused95><end_of_turn>", None, UNP, "empty"),
     Reply("gemma", "points", M, "stop", "Answer: None of the above<end_of_turn>", (4,), OK,
           "none-phrase"),
+    Reply("gemma", "points", M, "stop",
+          "Answer: 1 (red point), 2 (orange point)<end_of_turn>", (1, 2), OK, "echo"),
+    Reply("gemma", "zones", M, "stop",
+          "Answer: 1 (right upper zone), 2 (right mid zone)<end_of_turn>", (1, 2), OK,
+          "item-note"),
+    Reply("gemma", "yes_no", S, "stop",
+          "Answer: 2 (No) - option 1 would miss the base<end_of_turn>", None, UNP,
+          "justify-names-option"),
 
     # --- qwen: Qwen2.5-VL / Qwen3-VL, ChatML <|im_end|> ---
     Reply("qwen", "yes_no", S, "stop", "Answer: 2<|im_end|>", (2,), OK, "special-tokens"),
@@ -243,6 +280,12 @@ REPLIES: list[Reply] = [
     Reply("qwen", "yes_no", S, "length",
           "The mask covers the effusion.<|im_end|>\n<|im_start|>user\nNow look at the", None,
           UNP, "turn-closed"),
+    Reply("qwen", "yes_no", S, "stop", "Answer: [2] No<|im_end|>", (2,), OK, "echo"),
+    Reply("qwen", "points", M, "stop", "Answer: [2] No<|im_end|>", None, UNP, "bare-words"),
+    Reply("qwen", "points", M, "stop", "Answer: 1 (red), 3<|im_end|>", (1, 3), OK, "item-note"),
+    Reply("qwen", "points", M, "stop", "Answer: 1 - red, 3 - yellow<|im_end|>", None, UNP,
+          "justify-names-option"),
+    Reply("qwen", "yes_no", S, "stop", "Answer: \\[2\\]<|im_end|>", (2,), OK, "latex-math"),
 
     # --- glm: GLM-4.5V / GLM-4.1V-Thinking, <answer> and <|begin_of_box|> ---
     Reply("glm", "yes_no", S, "stop",
@@ -295,6 +338,18 @@ REPLIES: list[Reply] = [
     Reply("glm", "yes_no", S, "stop",
           f"<think>{_THINK}</think><answer><|begin_of_box|>2]<|end_of_box|></answer>", (2,), OK,
           "unbalanced-close"),
+    Reply("glm", "points", M, "stop",
+          f"<think>{_POINTS_THINK}</think><answer><|begin_of_box|>1<|end_of_box|>, "
+          "<|begin_of_box|>3<|end_of_box|></answer>", (1, 3), OK, "boxed-list"),
+    Reply("glm", "points", M, "stop",
+          f"<think>{_POINTS_THINK}</think><answer><|begin_of_box|>1<|end_of_box|> (red), 3 "
+          "(yellow)</answer>", (1, 3), OK, "item-note"),
+    Reply("glm", "masks", S, "stop",
+          f"<think>{_THINK}</think><answer><|begin_of_box|>2<|end_of_box|> because the 3rd mask "
+          "includes the hilum</answer>", None, UNP, "justify-names-option"),
+    Reply("glm", "zones", S, "stop",
+          f"<think>{_THINK}</think><answer><|begin_of_box|>2<|end_of_box|></answer>\nThe "
+          "opacity is <|begin_of_box|>4 cm<|end_of_box|> tall.", (2,), OK, "boxed-measurement"),
 
     # --- internvl: InternVL 2.5 / 3 / 3.5, ChatML <|im_end|> ---
     Reply("internvl", "yes_no", S, "stop", "Answer: 2<|im_end|>", (2,), OK, "special-tokens"),
@@ -321,6 +376,16 @@ REPLIES: list[Reply] = [
           "bare-words"),
     Reply("internvl", "yes_no", S, "stop",
           "Answer: 2\n<|im_end|>\n<|im_start|>assistant\nAnswer: 1", (2,), OK, "next-turn"),
+    Reply("internvl", "points", M, "stop", "Answer: 1 (red) and 3 (yellow)<|im_end|>", (1, 3),
+          OK, "item-note"),
+    Reply("internvl", "zones", S, "stop",
+          "Answer: 1 (right upper zone), 2 (right mid zone)<|im_end|>", None, UNP,
+          "item-note-several"),
+    Reply("internvl", "points", M, "stop", "Answer: 1 (red point) 3 (yellow point)<|im_end|>",
+          None, UNP, "bare-words"),
+    Reply("internvl", "yes_no", S, "stop",
+          "Answer: 1. Option 2 would leave the base uncovered.<|im_end|>", None, UNP,
+          "justify-names-option"),
 
     # --- lingshu: Lingshu-7B/32B (Qwen2.5-VL based), medical phrasing ---
     Reply("lingshu", "yes_no", S, "stop", "Answer: 2<|im_end|>", (2,), OK, "special-tokens"),
@@ -358,6 +423,15 @@ REPLIES: list[Reply] = [
           "option-text-short"),
     Reply("lingshu", "yes_no", S, "stop", "Answer: 2 (Yes)<|im_end|>", None, UNP,
           "other-option-text"),
+    Reply("lingshu", "location", M, "stop",
+          "Answer: 1 (the right costophrenic angle), 2 (right mid zone)<|im_end|>", (1, 2), OK,
+          "item-note"),
+    Reply("lingshu", "severity", S, "stop",
+          "Answer: 1 because less than 1/3 of the lung is opacified<|im_end|>", (1,), OK,
+          "justify-number"),
+    Reply("lingshu", "points", M, "stop",
+          "Answer: 1; the yellow point lies on it too<|im_end|>", None, UNP,
+          "justify-names-option"),
 
     # --- huatuogpt: HuatuoGPT-Vision, "## Thinking" / "## Final Response" ---
     Reply("huatuogpt", "points", M, "stop",
@@ -403,6 +477,15 @@ REPLIES: list[Reply] = [
           f"## Thinking\n{_THINK}\n## Final Response\n\nAnswer：（３）", (3,), OK, "full-width"),
     Reply("huatuogpt", "yes_no", S, "stop",
           f"## Thinking\n{_THINK}\n## Final Response\n\n**Answer: 1 (Yes)**", (1,), OK, "echo"),
+    Reply("huatuogpt", "points", M, "stop",
+          f"## Thinking\n{_POINTS_THINK}\n## Final Response\n\nAnswer: 1 (on the opacity), 3 "
+          "(on the meniscus)", (1, 3), OK, "item-note"),
+    Reply("huatuogpt", "yes_no", S, "stop",
+          f"## Thinking\n{_THINK}\n## Final Response\n\nAnswer: 2\n\nThe mask overshoots by "
+          "\\boxed{2 cm}.", (2,), OK, "boxed-measurement"),
+    Reply("huatuogpt", "masks", S, "stop",
+          f"## Thinking\n{_THINK}\n## Final Response\n\nAnswer: 3 - the 2nd mask misses the base",
+          None, UNP, "justify-names-option"),
 
     # --- llama: Llama 3.x / 4, <|eot_id|> and header tokens ---
     Reply("llama", "yes_no", S, "stop", "Answer: 2<|eot_id|>", (2,), OK, "special-tokens"),
@@ -438,6 +521,13 @@ REPLIES: list[Reply] = [
     Reply("llama", "yes_no", S, "stop", "Answer: 1<|eom_id|>", (1,), OK, "special-tokens"),
     Reply("llama", "yes_no", S, "stop", "Answer: 1 - No<|eot_id|>", None, UNP,
           "other-option-text"),
+    Reply("llama", "points", M, "stop", "Answer: 1 (red), 3 (yellow)<|eot_id|>", (1, 3), OK,
+          "item-note"),
+    Reply("llama", "zones", S, "stop", "Answer: 2 - the lesion is 4.5 cm tall<|eot_id|>", (2,),
+          OK, "justify-number"),
+    Reply("llama", "points", M, "stop",
+          "Answer: 1, because 3 is also on the opacity<|eot_id|>", None, UNP,
+          "justify-names-option"),
 
     # --- mistral: Mistral / Pixtral, </s> and [INST] .. [/INST] ---
     Reply("mistral", "yes_no", S, "stop", "Answer: 2</s>", (2,), OK, "special-tokens"),
@@ -468,6 +558,12 @@ REPLIES: list[Reply] = [
     Reply("mistral", "yes_no", S, "stop", "Answer: 2 and the mask is too large</s>", None, UNP,
           "bare-words"),
     Reply("mistral", "yes_no", S, "stop", "Answer: 2 [/INST]", (2,), OK, "special-tokens"),
+    Reply("mistral", "points", M, "stop", "Answer: 1 [red], 3 [yellow]</s>", (1, 3), OK,
+          "item-note"),
+    Reply("mistral", "yes_no", S, "stop", "Answer: [2] No</s>", (2,), OK, "echo"),
+    Reply("mistral", "points", M, "stop", "Answer: (2) No</s>", None, UNP, "bare-words"),
+    Reply("mistral", "masks", S, "stop", "Answer: 2 (the mask numbered 3 is too wide)</s>",
+          None, UNP, "justify-names-option"),
 
     # --- api-openai: GPT-4o / GPT-5 style, markdown bold ---
     Reply("api-openai", "yes_no", S, "stop", "**Answer: 2**", (2,), OK, "markdown"),
@@ -502,6 +598,17 @@ REPLIES: list[Reply] = [
     Reply("api-openai", "zones", S, "stop", "**Answer:** between 2 and 3 zones", None, UNP,
           "hedge"),
     Reply("api-openai", "yes_no", S, "stop", "", None, REF, "provider-refused", "refused"),
+    Reply("api-openai", "yes_no", S, "stop", "**Answer:** \\(2\\)", (2,), OK, "latex-math"),
+    Reply("api-openai", "yes_no", S, "stop",
+          "**Answer:** 2\n\nThe lesion measures $\\boxed{3.5\\text{ cm}}$.", (2,), OK,
+          "boxed-measurement"),
+    Reply("api-openai", "points", M, "stop", "**Answer:** 1 (red), 3 (yellow)", (1, 3), OK,
+          "item-note"),
+    Reply("api-openai", "points", M, "stop", "**Answer:** $\\boxed{1}$, $\\boxed{3}$", (1, 3),
+          OK, "boxed-list"),
+    Reply("api-openai", "points", M, "stop",
+          "**Answer:** 1 — the red point; the yellow point is also on it", None, UNP,
+          "justify-names-option"),
 
     # --- api-gemini: Gemini 2.5 style ---
     Reply("api-gemini", "yes_no", S, "STOP",
@@ -537,6 +644,13 @@ REPLIES: list[Reply] = [
           "**Answer:** Yes (the overlay follows the lesion contour)", (1,), OK,
           "option-text-justify"),
     Reply("api-gemini", "zones", S, "STOP", "**Answer:** 1 – 1 zone", (1,), OK, "echo"),
+    Reply("api-gemini", "points", M, "STOP",
+          "**Answer:** 1 (red), 3 (yellow)\n\n**Explanation:** Both points lie on the opacity.",
+          (1, 3), OK, "item-note"),
+    Reply("api-gemini", "yes_no", S, "STOP", "**Answer:** \\[ 2 \\]", (2,), OK, "latex-math"),
+    Reply("api-gemini", "zones", S, "STOP", "**Answer:** 2 (the opacity covers 3 zones)", None,
+          UNP, "justify-names-option"),
+    Reply("api-gemini", "yes_no", S, "STOP", '**Answer:** [2] "No"', (2,), OK, "quoted-echo"),
 
     # --- api-claude: Claude style ---
     Reply("api-claude", "yes_no", S, "end_turn",
@@ -579,4 +693,14 @@ REPLIES: list[Reply] = [
     Reply("api-claude", "points", M, "end_turn", "Answer: 1 3", None, UNP, "bare-words"),
     Reply("api-claude", "masks", S, "end_turn", "Answer: 2 (maybe 3)", None, UNP,
           "hedge-justify"),
+    Reply("api-claude", "points", M, "end_turn",
+          "Answer: 1 (red), 3 (yellow)\n\nBoth points fall on the opacity.", (1, 3), OK,
+          "item-note"),
+    Reply("api-claude", "masks", S, "end_turn", "Answer: 2 because 3 includes the hilum", None,
+          UNP, "justify-names-option"),
+    Reply("api-claude", "comparison", S, "end_turn",
+          'Answer: (3) "The right lung lesion is larger than the left lung lesion."', (3,), OK,
+          "quoted-echo"),
+    Reply("api-claude", "yes_no", S, "end_turn",
+          "Answer: 2 because the mask overshoots by 3 mm", (2,), OK, "justify-number"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from chexpercept.evaluation import parsing
 from chexpercept.evaluation.parsing import parse_answer
 
 YES_NO = ["Yes", "No"]
@@ -29,5 +30,27 @@ YES_NO = ["Yes", "No"]
     ("no decl\nhere 2", None, "unparseable"),
 ])
 def test_ascii_and_unicode_paths_agree_with_the_rules(raw, answer, status):
+    parsed = parse_answer(raw, num_options=2, option_texts=YES_NO)
+    assert (parsed.answer, parsed.status) == (answer, status), parsed.detail
+
+
+def test_clean_gates_are_literals_of_their_patterns():
+    # docs/parsing.md, "Fast paths": _clean runs these patterns only when the reply holds
+    # the text checked for, so each pattern must contain that text literally.
+    assert parsing._UNUSED.pattern.startswith("<unused")
+    assert parsing._GLM_BOX_OPEN.pattern.endswith("_box\\|>")
+    assert parsing._GLM_BOX_CLOSE.pattern.endswith("_box\\|>")
+    assert parsing._BOX.pattern.startswith("\\\\boxed")  # the \boxed{..} alternative
+    assert "|<\\|begin_of_box\\|>" in parsing._BOX.pattern  # the GLM one holds "_box|>"
+
+
+@pytest.mark.parametrize(("raw", "answer", "status"), [
+    ("<unused1>2", (2,), "ok"),
+    ("<UNUSED1>2", None, "unparseable"),  # the token is case-sensitive
+    ("Answer: 1<|end_of_box|>", (1,), "ok"),
+    ("\\boxed{2}", (2,), "ok"),
+    ("\\boxed {2}", (2,), "ok"),
+])
+def test_clean_gates_keep_the_results(raw, answer, status):
     parsed = parse_answer(raw, num_options=2, option_texts=YES_NO)
     assert (parsed.answer, parsed.status) == (answer, status), parsed.detail

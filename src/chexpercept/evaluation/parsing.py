@@ -24,18 +24,22 @@ unparseable, and the statuses.
    that opens with a ``## Thinking`` heading and never reaches ``## Final Response``, leaves
    nothing after it, so the answer is ``truncated`` when the output hit the token limit and
    ``unparseable`` otherwise.
-5. Wrappers are removed: other ``<unusedN>`` tokens, ``$``, markdown emphasis, code ticks and
-   heading marks. A GLM ``<|begin_of_box|>..<|end_of_box|>``, a ``\boxed{..}`` and an
-   ``<answer>..</answer>`` tag each count as an ``Answer:`` line.
+5. Wrappers are removed: other ``<unusedN>`` tokens, ``$``, the LaTeX delimiters ``\(``
+   ``\)`` ``\[`` ``\]``, ``\text{..}``-style commands, markdown emphasis, code ticks and
+   heading marks. An ``<answer>..</answer>`` tag counts as an ``Answer:`` line, and so does a
+   GLM ``<|begin_of_box|>..<|end_of_box|>`` or a ``\boxed{..}`` whose content is an answer;
+   its payload runs to the end of its line. A box holding anything else (``\boxed{3.5 cm}``)
+   is plain text.
 6. The *last* ``Answer:`` declaration wins (the rest of its line; if empty, the next non-empty
    line); without one, the last "the answer is ..." phrase; without either, a one-line bare
    response.
-7. That payload must be, from its start, an *answer*:
+7. That payload is read whole or not at all. It must be, from its start, an *answer*:
 
    * option numbers (``2``, ``(2)``, ``[2]``, ``option 2``, or ``2)``/``2]`` with a lone
      closing bracket), each optionally followed by its own option text (``2: No``,
-     ``(1) Yes``, ``1. Yes``, ``2 (No)``, ``2 - 2 zones``), joined by commas, semicolons,
-     ``&`` or ``and``; a lone opening bracket (``(2``) is not an answer;
+     ``(1) Yes``, ``1. Yes``, ``2 (No)``, ``[2] "No"``, ``2 - 2 zones``) and, before the next
+     number, by its own bracketed note (``1 (red), 3 (yellow)``), joined by commas,
+     semicolons, ``&`` or ``and``; a lone opening bracket (``(2``) is not an answer;
    * or the text of an option, case-insensitive; also the text without a trailing
      parenthetical when that names one option only (``None of the above`` for
      ``None of the above (options 1-3)``), and for multi-select questions ``none`` /
@@ -43,11 +47,13 @@ unparseable, and the statuses.
 
    optionally followed by a *justification*: text after ``because``, ``since``, ``given
    that`` or ``due to`` (any text), or after a dash (`` - ``, ``–``, ``—``), colon,
-   semicolon, period or opening bracket (text that starts with a letter and not with a hedge
-   word such as ``or``, ``and``, ``maybe``; after a dash, colon, semicolon or bracket it must
-   not start with the text of an option that was not chosen, after a period it must not be
-   such a text). A single-choice number that echoed its option text may also take a comma and
-   a justification (``(2) No, the mask ...``). Nothing else may follow: words after a bare
+   semicolon, period or opening bracket (text that starts with a letter, not with a hedge
+   word such as ``or``, ``and``, ``maybe``, and not with the text of an option that was not
+   chosen). A single-choice number that echoed its option text may also take a comma and
+   a justification (``(2) No, the mask ...``). No justification or note names an option that
+   was not chosen: by an integer or ordinal that is not a decimal, fraction or measurement
+   (``1, because 3 is also ...``), by an option text of two or more words or with a digit,
+   or by an option text next to a number. Nothing else may follow: words after a bare
    space are not a justification (``Answer: 2 zones`` is option 2 only when that is its text).
 8. Out-of-range numbers, several numbers for a single-choice question, or "None" together with
    other options make the answer ``unparseable``.
@@ -57,7 +63,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from utils.status import Status
@@ -125,8 +131,11 @@ _THINKING_HEADING = re.compile(r"\s*#+[ \t]*thinking\b", re.IGNORECASE)
 _UNUSED = re.compile(r"<unused\d+>")
 _GLM_BOX_OPEN = re.compile(r"<\|begin_of_box\|>")
 _GLM_BOX_CLOSE = re.compile(r"<\|end_of_box\|>")
-_BOXED = re.compile(r"\\boxed\s*\{([^{}]*)\}")
-_TEXT_CMD = re.compile(r"\\text(?:bf)?\s*\{([^{}]*)\}")
+#: A box: ``\boxed{..}`` (group 1) or GLM's ``<|begin_of_box|>..<|end_of_box|>`` (group 2).
+_BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}|<\|begin_of_box\|>(.*?)<\|end_of_box\|>", re.DOTALL)
+_TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+#: LaTeX math delimiters ``\(`` ``\)`` ``\[`` ``\]``, removed like ``$``.
+_LATEX_MATH = re.compile(r"\\[()\[\]]")
 _ANSWER_TAG_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_TAG_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 # An answer declaration is ``[final ]answer[s]:`` not preceded by a letter. ``final\s+`` does
@@ -147,11 +156,21 @@ _NUMBER_ITEM = re.compile(
     re.IGNORECASE)
 _SEPARATOR = re.compile(r"\s*(?:,\s*(?:and\s+)?|;\s*|&\s*|and\s+)", re.IGNORECASE)
 _TEXT_LEAD = re.compile(r"\s*(?:[:\-–—.]\s*)?")
+#: A bracketed note after one number of a list (``1 (red), 3 (yellow)``), without nesting.
+_NOTE = re.compile(r"\s*(?:\([^()\[\]]*\)|\[[^()\[\]]*\])")
+#: An integer (or ordinal, ``3rd``) in prose: not part of a word, a decimal (``3.5``) or a
+#: fraction (``1/3``), and not a measurement (``3 cm``, ``40%``).
+_NUMBER_MENTION = re.compile(
+    r"(?<![A-Za-z0-9/])(?<!\d\.)(\d+)(?:st|nd|rd|th)?"
+    r"(?![A-Za-z0-9/]|\.\d|\s*(?:mm|cm|%|°|px|pixels?|degrees?)(?![A-Za-z]))",
+    re.IGNORECASE)
+#: What may stand between a number and its option text in an answer item (``(2) Yes``).
+_ITEM_TEXT_LEAD = re.compile(r"[)\]]?\s*(?:[:\-–—.]\s*)?")
 # What introduces a justification (docs/parsing.md, "Parser rules", rule 7). A hyphen-minus
 # needs a space on one side, so ``2-3`` and ``2-zone`` are not a number and a justification.
 _JUSTIFY_LEAD = re.compile(
     r"(?P<word>\s*,?\s+(?:because|since|given\s+that|due\s+to)\b)"
-    r"|(?P<period>\s*\.\s*)"
+    r"|\s*\.\s*"
     r"|(?P<comma>\s*,\s*)"
     r"|\s+-\s*|\s*-\s+|\s*[–—:;]\s*|\s*[(\[]\s*", re.IGNORECASE)
 #: Words that open a hedge rather than a justification (``2 - or 3``, ``2 (maybe 3)``).
@@ -258,26 +277,65 @@ def _strip_reasoning(text: str) -> tuple[str, bool]:
     return tail, False
 
 
-def _clean(text: str) -> str:
+def _clean(text: str, is_answer: Callable[[str], bool]) -> str:
+    """``text`` without wrappers, with each box that declares an answer made an ``Answer:`` line.
+
+    See docs/parsing.md, "Parser rules", rule 5. ``is_answer`` tells whether a box's content,
+    read alone, is an answer to the question.
+    """
     # Each substitution runs only when the text holds a character its pattern needs (same
     # result, fewer regex scans).
+    glm_box = False
     if "<" in text:
-        # A GLM box or \boxed{..} declares the answer: it counts as an ``Answer:`` line.
-        text = _GLM_BOX_OPEN.sub("\nAnswer: ", text)
-        text = _GLM_BOX_CLOSE.sub("\n", text)
-        text = _UNUSED.sub("", text)
+        if "<unused" in text:
+            text = _UNUSED.sub("", text)
+        text = _ANSWER_TAG_OPEN.sub("\nAnswer: ", text)
+        text = _ANSWER_TAG_CLOSE.sub("\n", text)
+        glm_box = "_box|>" in text
+    boxed = False
     if "\\" in text:
         for _ in range(3):  # nested \text{..} inside \boxed{..}
             text = _TEXT_CMD.sub(r"\1", text)
-        text = _BOXED.sub(r"\nAnswer: \1\n", text)
-    if "<" in text:
-        text = _ANSWER_TAG_OPEN.sub("\nAnswer: ", text)
-        text = _ANSWER_TAG_CLOSE.sub("\n", text)
+        text = _LATEX_MATH.sub("", text)
+        boxed = "boxed" in text
     # Removing every "*" also removes "**" (markdown bold).
     text = text.replace("$", "").replace("__", "").replace("`", "").replace("*", "")
     if "#" in text:
         text = _HEADING.sub("", text)
+    if boxed or glm_box:
+        text = _declare_boxes(text, is_answer)
+    if glm_box:  # a GLM box token without its partner still declares (opening) or ends
+        text = _GLM_BOX_OPEN.sub("\nAnswer: ", text)
+        text = _GLM_BOX_CLOSE.sub("\n", text)
     return text
+
+
+def _declare_boxes(text: str, is_answer: Callable[[str], bool]) -> str:
+    r"""``text`` with each box (``_BOX``) replaced by its content, declared where it is an answer.
+
+    The first box on a line whose content ``is_answer`` starts an ``Answer:`` declaration, so
+    its payload is the content and the rest of the line; later boxes on that line are part of
+    that payload (``\boxed{1}, \boxed{3}`` is ``1, 3``). A box holding anything else (a
+    measurement such as ``\boxed{3.5 cm}``) is plain text and declares nothing
+    (docs/parsing.md, "Parser rules", rule 5).
+    """
+    pieces: list[str] = []
+    pos, line_declared = 0, False
+    for m in _BOX.finditer(text):
+        before = text[pos:m.start()]
+        if "\n" in before:
+            line_declared = False
+        pieces.append(before)
+        content = m.group(1) if m.group(1) is not None else m.group(2)
+        if not line_declared and is_answer(content):
+            pieces.append("\nAnswer: ")
+            line_declared = True
+        pieces.append(content)
+        if "\n" in content:
+            line_declared = False
+        pos = m.end()
+    pieces.append(text[pos:])
+    return "".join(pieces)
 
 
 def _payload_after(text: str, end: int, *, next_line: bool) -> str:
@@ -334,10 +392,11 @@ def _norm(text: str) -> str:
 
 
 def _text_pattern(text: str) -> re.Pattern[str]:
-    """Pattern of a normalised option text, bare or in brackets, at a word end."""
+    """Pattern of a normalised option text, bare, in brackets or in quotes, at a word end."""
     body = r"\s+".join(re.escape(word) for word in text.split(" "))
     # A full stop after a bare form is left to the caller (end of answer or a justification).
-    return re.compile(rf"(?:\(\s*{body}\s*\.?\s*\)|{body})(?![A-Za-z0-9])", re.IGNORECASE)
+    return re.compile(rf"(?:\(\s*{body}\s*\.?\s*\)|[\"'“‘]{body}\.?[\"'”’]|{body})"
+                      r"(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -350,6 +409,9 @@ class _OptionForms:
         echoes: Index -> patterns of that option's forms, longest first.
         initials: First characters of the forms (skips the prefix scan for other payloads).
         shortest: Length of the shortest form (a shorter payload is no form and more).
+        mentions: Finds, anywhere in a text, the forms that name their option in prose (those
+            of two or more words or with a digit), longest first; None if there are none.
+        mention_index: Group name of ``mentions`` -> 1-based option index.
     """
 
     by_text: dict[str, int]
@@ -357,6 +419,8 @@ class _OptionForms:
     echoes: dict[int, tuple[re.Pattern[str], ...]]
     initials: frozenset[str]
     shortest: int
+    mentions: re.Pattern[str] | None
+    mention_index: dict[str, int]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -386,9 +450,48 @@ def _option_forms(option_texts: tuple[str, ...], none_index: int | None) -> _Opt
     echoes: dict[int, tuple[re.Pattern[str], ...]] = {}
     for i, pattern in prefixes:
         echoes[i] = (*echoes.get(i, ()), pattern)
-    initials = frozenset(form[0] for form in by_text) | frozenset("(")
+    initials = frozenset(form[0] for form in by_text) | frozenset("(" + _QUOTES)
     shortest = min((len(form) for form in by_text), default=0)
-    return _OptionForms(by_text, prefixes, echoes, initials, shortest)
+    # One-word forms (``Yes``, ``No``, ``None``) are ordinary words of a justification
+    # ("no other region"); they are refused only where a justification starts.
+    named = [(form, i) for form, i in ordered if " " in form or any(c.isdigit() for c in form)]
+    mention_index = {f"m{k}": i for k, (_, i) in enumerate(named)}
+    mentions = re.compile("|".join(
+        rf"(?P<m{k}>(?<![A-Za-z0-9])" + r"\s+".join(map(re.escape, form.split(" ")))
+        + r"(?![A-Za-z0-9]))" for k, (form, _) in enumerate(named)),
+        re.IGNORECASE) if named else None
+    return _OptionForms(by_text, prefixes, echoes, initials, shortest, mentions, mention_index)
+
+
+def _names_other_option(text: str, chosen: set[int], forms: _OptionForms) -> bool:
+    """Whether ``text`` (a justification or note) names an option outside ``chosen``.
+
+    An option is named by a form of its text of two or more words or with a digit
+    (``yellow point``, ``3 zones``), or by any form of its text written after a number as in
+    an answer item (``2 - Yes``). Any integer or ordinal in prose that is not a chosen
+    option number counts as naming another option, whatever its value (``1 - red, 0`` states
+    two numbers), unless it is part of a decimal, a fraction or a measurement
+    (docs/parsing.md, "Parser rules", rule 7). The chosen options' own texts are skipped
+    before numbers are looked for (``4 (None of the above (options 1-3))``).
+    """
+    if forms.mentions is not None:
+        kept: list[str] = []
+        pos = 0
+        for m in forms.mentions.finditer(text):
+            if forms.mention_index[m.lastgroup or ""] not in chosen:
+                return True
+            kept.append(text[pos:m.start()])
+            pos = m.end()
+        if kept:
+            text = " ".join(kept) + " " + text[pos:]
+    for m in _NUMBER_MENTION.finditer(text):
+        if int(m.group(1)) not in chosen:
+            return True
+        # a number written with another option's text reads as an answer item (``2 - Yes``)
+        at = _ITEM_TEXT_LEAD.match(text, m.end()).end()
+        if any(i not in chosen and p.match(text, at) for i, p in forms.prefixes):
+            return True
+    return False
 
 
 def _is_justification(rest: str, chosen: set[int], forms: _OptionForms, *,
@@ -396,25 +499,26 @@ def _is_justification(rest: str, chosen: set[int], forms: _OptionForms, *,
     """Whether ``rest`` (the text after an answer) is a justification, not more of an answer.
 
     See docs/parsing.md, "Parser rules", rule 7: ``because``-style words introduce any text;
-    after punctuation the text must start with a letter and not with a hedge word; after a
-    period it must not be, and after other punctuation not start with, the text of an option
-    outside ``chosen``. A comma leads a justification only where ``allow_comma``.
+    after punctuation the text must start with a letter, not with a hedge word and not with
+    the text of an option outside ``chosen`` (``1. No`` is option 1 with option 2's text). A
+    comma leads a justification only where ``allow_comma``. In every case the text must not
+    name an option outside ``chosen`` (``_names_other_option``), so that a justification
+    never hides part of the answer (``1, because 3 is also ...``).
     """
     m = _JUSTIFY_LEAD.match(rest)
     if m is None:
         return False
     text = rest[m.end():]
     if m.group("word") is not None:
-        return bool(text.strip())
+        return bool(text.strip()) and not _names_other_option(text, chosen, forms)
     if m.group("comma") is not None and not allow_comma:
         return False
     text = text.lstrip(_QUOTES)
     if not text[:1].isalpha() or _HEDGE_START.match(text):
         return False
-    if m.group("period") is not None:  # a new sentence; only a bare other option is refused
-        other = forms.by_text.get(_norm(text))
-        return other is None or other in chosen
-    return not any(i not in chosen and p.match(text) for i, p in forms.prefixes)
+    if any(i not in chosen and p.match(text) for i, p in forms.prefixes):
+        return False
+    return not _names_other_option(text, chosen, forms)
 
 
 def _ends_item(s: str, pos: int) -> bool:
@@ -471,9 +575,16 @@ def _skip_option_text(s: str, pos: int, number: int, forms: _OptionForms) -> int
 
 
 def _parse_numbers(payload: str, forms: _OptionForms, multi_select: bool) -> list[int] | None:
+    """Option numbers of ``payload`` (rule 7 of docs/parsing.md, "Parser rules"), or None.
+
+    Every number is read, each with its own option text or bracketed note; whatever follows
+    the last one must be a justification that names no other option.
+    """
     s = payload.strip()
-    if len(s) >= 2 and s[0] + s[-1] in _ENCLOSERS and not _BRACKETS.search(s[1:-1]):
-        s = s[1:-1].strip()
+    whole = s[:-1].rstrip() if s.endswith(".") else s  # "The answer is [1, 3]."
+    if len(whole) >= 2 and whole[0] + whole[-1] in _ENCLOSERS and not _BRACKETS.search(
+            whole[1:-1]):
+        s = whole[1:-1].strip()
     pos, numbers, echoed = 0, [], False
     while True:
         while pos < len(s) and s[pos].isspace():
@@ -486,6 +597,12 @@ def _parse_numbers(payload: str, forms: _OptionForms, multi_select: bool) -> lis
         pos = _skip_option_text(s, m.end(), number, forms)
         echoed = pos != m.end()
         sep = _SEPARATOR.match(s, pos)
+        if sep is None and pos < len(s):
+            # A bracketed note of this number's own (``1 (red), 3 (yellow)``) is read only
+            # when another number follows it; after the last number it is a justification.
+            note = _NOTE.match(s, pos)
+            if note and _is_justification(note.group(), {number}, forms, allow_comma=False):
+                sep = _SEPARATOR.match(s, note.end())
         if sep and _NUMBER_ITEM.match(s, sep.end()):
             pos = sep.end()
             continue
@@ -511,7 +628,7 @@ def parse_payload(payload: str, option_texts: Sequence[str] = (), *,
 
     Returns:
         Indices in the order given (not yet range-checked), or None if the payload is not, in
-        full, an answer optionally followed by a justification.
+        full, an answer optionally followed by a justification that names no other option.
     """
     if not payload.isascii():
         payload = payload.translate(_FULL_WIDTH)
@@ -563,7 +680,19 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
     cut_off = not turn_closed and (completion_status == TRUNCATED
                                    or finish_reason in LENGTH_FINISH_REASONS)
     final, unclosed = _strip_reasoning(reply)
-    final = _clean(final).strip()
+
+    boxes: dict[str, list[int] | None] = {}
+
+    def _box_is_answer(content: str) -> bool:
+        # Whether a box declares (rule 5). Its content is most often the whole payload then,
+        # so the reading is kept.
+        key = content.strip()
+        if key not in boxes:
+            boxes[key] = parse_payload(key, option_texts, multi_select=multi_select,
+                                       none_index=none_index)
+        return boxes[key] is not None
+
+    final = _clean(final, _box_is_answer).strip()
 
     def _missing(detail: str) -> ParsedAnswer:
         if cut_off:
@@ -579,8 +708,8 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
         if "\n" in final:
             return _missing("no answer declaration")
         payload = final
-    indices = parse_payload(payload, option_texts, multi_select=multi_select,
-                            none_index=none_index)
+    indices = boxes[payload] if payload in boxes else parse_payload(
+        payload, option_texts, multi_select=multi_select, none_index=none_index)
     if indices is None:
         return _missing(f"cannot read answer from {payload[:80]!r}")
     chosen = sorted(set(indices))
