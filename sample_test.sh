@@ -38,21 +38,7 @@ source "$ROOT/scripts/lib/pyenv.sh"
 source "$ROOT/scripts/lib/smoke.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
-keep=0
-WORK="$ROOT/outputs/sample_test"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --keep) keep=1 ;;
-    --work-dir) [ $# -ge 2 ] || { echo "sample_test.sh: --work-dir needs a value" >&2; exit 2; }
-                WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "sample_test.sh: unknown argument '$1' (see bash sample_test.sh --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-
-start=$(date +%s)
-step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
+smoke_args sample_test.sh "$ROOT/outputs/sample_test" "$@"
 
 step "setup"
 chex_pyenv_select sample_test.sh chexpercept
@@ -79,7 +65,7 @@ done
 smoke_review "$CFG" "$S00"
 smoke_stages_01_to_04 "$CFG" "$WORK"
 
-step "done in $(( $(date +%s) - start ))s"
+step "done in $(( $(date +%s) - smoke_start ))s"
 echo "benchmark:        $BENCH/chexpercept.json (+ image folders)"
 echo "eval results:     $S03/<provider>_<model>/oracle_<setting>/all_results.json"
 echo "analysis:         $S04/all_models_oracle_{implicit,none}/ (CSVs and plots)"

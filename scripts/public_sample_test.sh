@@ -29,21 +29,7 @@ source "$ROOT/scripts/lib/pyenv.sh"
 source "$ROOT/scripts/lib/smoke.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
-keep=0
-WORK="$ROOT/outputs/public_sample_test"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --keep) keep=1 ;;
-    --work-dir) [ $# -ge 2 ] || { echo "public_sample_test.sh: --work-dir needs a value" >&2; exit 2; }
-                WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "public_sample_test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-  shift
-done
-
-start=$(date +%s)
-step() { echo; echo "=== [$(( $(date +%s) - start ))s] $*"; }
+smoke_args public_sample_test.sh "$ROOT/outputs/public_sample_test" "$@"
 
 step "setup"
 chex_pyenv_select public_sample_test.sh chexpercept
@@ -65,7 +51,7 @@ step "00 source data curation (nih-cxr14, box-anatomy)"
 smoke_review "$CFG" "$S00"
 smoke_stages_01_to_04 "$CFG" "$WORK" --no-review-figures
 
-step "done in $(( $(date +%s) - start ))s"
+step "done in $(( $(date +%s) - smoke_start ))s"
 echo "SYNTHETIC stand-ins: $WORK/stand_ins/ (real NIH ids and boxes, synthetic pixels; see its README.txt)"
 echo "benchmark:           $BENCH/chexpercept.json (+ image folders; licences in $BENCH/data_sources.json)"
 echo "analysis:            $S04/all_models_oracle_{implicit,none}/"

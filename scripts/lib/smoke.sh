@@ -1,6 +1,31 @@
 # Shared steps of the two smoke runs (sample_test.sh, scripts/public_sample_test.sh).
-# Source it after setting PY (the python command array) and defining step(); the steps run from
-# the repository root and stop the caller on the first failure (set -e).
+# Source it, then call smoke_args; the steps use PY (the python command array, set by
+# chex_pyenv_select), run from the repository root and stop the caller on the first failure
+# (set -e).
+
+# smoke_args NAME DEFAULT_WORK "$@": the smoke runs' flags (--keep, --work-dir DIR, -h/--help,
+# which prints the caller's header through its usage function). Sets keep (0/1) and WORK;
+# exits 2 naming NAME on an unknown argument or a missing value.
+smoke_args() {
+  local name="$1"
+  WORK="$2"
+  keep=0
+  shift 2
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --keep) keep=1 ;;
+      --work-dir) [ $# -ge 2 ] || { echo "$name: --work-dir needs a value" >&2; exit 2; }
+                  WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift ;;
+      -h|--help) usage; exit 0 ;;
+      *) echo "$name: unknown argument '$1' (see $name --help)" >&2; exit 2 ;;
+    esac
+    shift
+  done
+  smoke_start=$(date +%s)
+}
+
+# step TEXT: a timed heading (seconds since smoke_args).
+step() { echo; echo "=== [$(( $(date +%s) - smoke_start ))s] $*"; }
 
 # smoke_review CFG S00: AUTO-APPROVE the candidate and negative sheets (smoke runs only: a real
 # benchmark needs the experts' optimal? review), then distribute them to 2 annotators.
