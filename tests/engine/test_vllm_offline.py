@@ -5,6 +5,7 @@ Run in the engine venv: ``.venv-engine/bin/python -m pytest -m engine --runengin
 
 from __future__ import annotations
 
+import json
 import logging
 import runpy
 from collections import Counter
@@ -89,13 +90,14 @@ def batched(world):
     return run_dir, summary, cases, list(world["calls"])
 
 
-def test_stage_batched_run_is_one_chat_per_turn_index_and_equals_one_at_a_time(world, batched):
+def test_stage_batched_run_is_one_chat_per_step_and_equals_one_at_a_time(world, batched):
     run_dir, summary, cases, calls = batched
     turns = {c.key_id: len(c.turns) for c in cases}
     recs = eh.records(run_dir)
-    per_index = Counter(r["turn_index"] for r in recs)
-    assert calls == [per_index[i] for i in sorted(per_index)]  # one LLM.chat per turn index
-    assert summary.generate_calls == len(per_index) == 9
+    # the cache holds every dialogue: call k holds the k-th turn of every case that has one
+    assert world["model"].kv_cache().tokens > 7 * 4096
+    assert calls == [sum(n > k for n in turns.values()) for k in range(9)]
+    assert summary.generate_calls == 9
     assert Counter(r["key_id"] for r in recs) == Counter(turns)
     assert {r["completion_status"] for r in recs} <= {"ok", "truncated"}
     assert all(r["usage"]["input_tokens"] > 0 for r in recs)
@@ -110,6 +112,61 @@ def test_stage_batched_run_is_one_chat_per_turn_index_and_equals_one_at_a_time(w
     assert {(r["key_id"], r["turn"]): r["raw"] for r in recs} == single
     # same answers, parses and scores (only the prefix-cache hit counts differ)
     assert eh.answers(eh.results(run_dir)) == eh.answers(eh.results(single_dir))
+
+
+def _hit_rate(run_dir: Path) -> float:
+    """Cached over prompt tokens of a run's records (vLLM's ``num_cached_tokens``)."""
+    recs = eh.records(run_dir)
+    return (sum(r["usage"]["cached_input_tokens"] for r in recs)
+            / sum(r["usage"]["input_tokens"] for r in recs))
+
+
+class NoWindow(OneAtATime):
+    """Hides the engine's KV cache: one call per turn index over every case (no window)."""
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        return self.inner.generate(requests)
+
+
+def test_a_cache_smaller_than_the_dialogues_gives_the_same_answers_and_hit_rate(world, batched):
+    """Issue 21: 20 KV blocks (2,560 tokens) against the 7 dialogues' ~5,500 tokens.
+
+    Without the window, the turn-index calls evict dialogues' histories before their next
+    turns (the hit rate drops); with it, the hit rate stays within 0.95x of the ample cache's
+    and the greedy answers are the ample-cache run's. A 2,048-token context (the longest prompt
+    is ~1,350 tokens) lets vLLM start with so few blocks.
+    """
+    ample_dir, _, cases, _ = batched
+    model = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=2048,
+                         max_new_tokens=eh.MAX_NEW_TOKENS, kv_blocks=20,
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                         engine_kwargs={"dtype": eh.DTYPE})
+    try:
+        model.start()
+        cache = model.kv_cache()
+        assert (cache.blocks, cache.block_tokens) == (20, 128)  # vLLM's CPU block size
+        engine = model.load()
+        sizes: list[int] = []
+        chat = engine.chat
+        engine.chat = lambda conversations, *a, **k: sizes.append(len(conversations)) or \
+            chat(conversations, *a, **k)
+        small_dir, _, _ = _run(world, model, "small_cache")
+        engine.chat = chat
+        runtime = json.loads((small_dir / "run_manifest.json").read_text())["provider_runtime"]
+        engine.reset_prefix_cache()
+        thrash_dir, _, _ = _run(world, NoWindow(model), "small_cache_no_window")
+    finally:
+        model.close()
+    assert runtime["kv_cache"] == {"blocks": 20, "block_tokens": 128, "tokens": 2560,
+                                   "window_tokens": 19 * 128}
+    assert max(sizes) < 7 and len(sizes) > 9  # the window held fewer than all 7 dialogues
+    ample = _hit_rate(ample_dir)
+    assert _hit_rate(small_dir) >= 0.95 * ample
+    assert _hit_rate(thrash_dir) < 0.95 * ample  # the cache is small enough to matter
+    raw = {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(small_dir)}
+    assert raw == {(r["key_id"], r["turn"]): r["raw"] for r in eh.records(ample_dir)}
+    assert eh.answers(eh.results(small_dir)) == eh.answers(eh.results(ample_dir))
+    assert len(raw) == sum(len(c.turns) for c in cases)
 
 
 def test_implicit_oracle_run_completes_every_case(world):

@@ -66,8 +66,8 @@ def _request(text, images=(), request_id="r"):
                        request_id=request_id)
 
 
-def test_cli_run_one_chat_call_per_turn_index_mapped_to_the_right_case(stub, model_dir,
-                                                                       tmp_path):
+def test_cli_run_one_chat_call_per_window_step_mapped_to_the_right_case(stub, model_dir,
+                                                                         tmp_path):
     bench = tmp_path / "bench"
     marks = write_marked_bundle(bench)
     out = tmp_path / "out"
@@ -88,9 +88,13 @@ def test_cli_run_one_chat_call_per_turn_index_mapped_to_the_right_case(stub, mod
     records = read_records(run_dir)
     planned = turns_per_case(bench)
     assert Counter(r["key_id"] for r in records) == Counter(planned)
-    # one LLM.chat per turn index, holding every case that has that turn
-    per_index = Counter(r["turn_index"] for r in records)
-    assert [len(c.messages) for c in engine.calls] == [per_index[i] for i in sorted(per_index)]
+    # one LLM.chat per step of the KV window, each holding one turn of each case in flight:
+    # at first the dialogues that fit the cache at the output cap (8192 tokens a reply, each
+    # footprint the 65,536-token context), then every case once replies were seen to be short
+    cache_tokens = vllm_stub.DEFAULT_BLOCKS * 16
+    first = (cache_tokens - 16) // 65536  # block 0 is vLLM's null block
+    assert [len(c.messages) for c in engine.calls][:2] == [first, len(planned)]
+    assert sum(len(c.messages) for c in engine.calls) == len(records)
     for call in engine.calls:
         sp = call.sampling_params
         assert (sp.temperature, sp.top_p, sp.max_tokens, sp.seed) == (0.0, 1.0, 8192, 0)
@@ -117,6 +121,50 @@ def test_cli_run_one_chat_call_per_turn_index_mapped_to_the_right_case(stub, mod
     assert settings["chat_template_kwargs"] == {"enable_thinking": False}
     assert manifest["provider_runtime"]["tensor_parallel_size"] == 2
     assert manifest["provider_runtime"]["model_path"] == str(model_dir)
+    assert manifest["provider_runtime"]["kv_cache"] == {
+        "blocks": vllm_stub.DEFAULT_BLOCKS, "block_tokens": 16, "tokens": cache_tokens,
+        "window_tokens": cache_tokens - 16}
+
+
+def test_kv_cache_is_the_started_engines_and_kv_blocks_sets_it(stub, model_dir):
+    """``kv_blocks`` is vLLM's ``num_gpu_blocks_override``; the window is read after the start."""
+    model = create_model("opensource", "qwen3.5", model_path=str(model_dir), kv_blocks=300)
+    assert model.engine_kwargs["num_gpu_blocks_override"] == 300
+    assert model.kv_cache() is None  # not started: nothing known, no window
+    model.start()
+    cache = model.kv_cache()
+    assert (cache.blocks, cache.block_tokens, cache.tokens) == (300, 16, 4800)
+    assert cache.window_tokens == 299 * 16  # block 0 is vLLM's null block
+    assert model.runtime_info()["num_gpu_blocks_override"] == 300
+    assert "num_gpu_blocks_override" not in model.describe()  # not an identity field
+    # without prefix caching there is no history to keep: no window
+    plain = create_model("opensource", "qwen3.5", model_path=str(model_dir),
+                         engine_kwargs={"enable_prefix_caching": False})
+    plain.start()
+    assert plain.kv_cache() is None and plain.runtime_info()["kv_cache"] is None
+    with pytest.raises(ConfigError, match="kv_blocks"):
+        create_model("opensource", "qwen3.5", model_path=str(model_dir), kv_blocks=1)
+
+
+def test_a_run_resumes_on_another_kv_cache(stub, model_dir, tmp_path):
+    """The cache and its window are runtime facts: a run resumes with another ``kv_blocks``."""
+    from chexpercept.evaluation.api import evaluate
+
+    bench = tmp_path / "bench"
+    write_marked_bundle(bench)
+
+    def run(blocks, **kwargs):
+        return evaluate(bench, provider="opensource", output_path=tmp_path / "out",
+                        model="qwen3.5", oracle_setting="none",
+                        provider_options={"model_path": str(model_dir), "kv_blocks": blocks},
+                        **kwargs)
+
+    first = run(300, limit=3)
+    second = run(9000)
+    assert second.turns_resumed == first.turns_requested > 0
+    assert second.cases_finished == len(turns_per_case(bench))
+    manifest = read_manifest(second.run_dir)  # the first invocation's, kept on resume
+    assert manifest["provider_runtime"]["kv_cache"]["blocks"] == 300
 
 
 def test_messages_text_then_data_url_images(stub, model_dir, tmp_path):
@@ -271,14 +319,26 @@ def test_benchmark_plumbing_with_the_stub(monkeypatch, tmp_path, capsys):
     bench = load_by_path("_bench_gpu", ROOT / "benchmarks" / "gpu_stage_batching.py")
     out = tmp_path / "result.json"
     assert bench.main(["--cases", "6", "--sequential-cases", "4", "--skip-gpu-check",
-                       "--modes", "sequential,batched",
+                       "--modes", "sequential,turn_index,batched", "--kv-blocks", "400",
                        "--out", str(out), "--work-dir", str(tmp_path / "work")]) == 0
     result = json.loads(out.read_text())
+    (engine,) = module.LLM.instances
+    assert engine.llm_engine.vllm_config.cache_config.num_gpu_blocks == 400  # --kv-blocks
+    assert result["runtime"]["kv_cache"]["blocks"] == 400 and result["kv_blocks"] == 400
     batched, sequential = result["batched"], result["sequential"]
-    assert batched["chat_calls"] == batched["generate_calls"]  # one LLM.chat per turn index
+    turn_index = result["turn_index"]
+    assert batched["chat_calls"] == batched["generate_calls"]  # one LLM.chat per window step
+    assert turn_index["chat_calls"] == turn_index["generate_calls"] <= 9  # per turn index
     assert sequential["chat_calls"] == sequential["requests"]  # one per conversation
-    agreement = result["agreement"]["sequential_vs_batched"]
-    assert agreement["compared"] == sequential["requests"] and agreement["rate"] == 1.0
+    assert batched["window"] and not turn_index["window"]
+    for run in (batched, turn_index):  # the stub caches half of each prompt
+        prefix = run["prefix_cache"]
+        assert prefix["hit_rate"] == pytest.approx(0.5, abs=0.01)
+        assert prefix["computed_tokens"] == prefix["prompt_tokens"] - prefix["cached_tokens"]
+        assert 0 < prefix["min_computed_tokens"] < prefix["prompt_tokens"]
+    for label in ("sequential", "batched"):  # compared with the path before the window
+        agreement = result["agreement"][f"{label}_vs_turn_index"]
+        assert agreement["compared"] == result[label]["requests"] and agreement["rate"] == 1.0
     assert result["throughput_ratio_batched_over_sequential"] is not None
     assert Path(tmp_path / "work" / "tiny_qwen2_vl" / "config.json").is_file()
 

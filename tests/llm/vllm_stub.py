@@ -6,6 +6,11 @@ against ``limit_mm_per_prompt`` and the prompt length against ``max_model_len`` 
 the whole call). ``LLM.chat`` keeps every call and answers each conversation with
 ``responder(conversation) -> (text, finish_reason)``.
 
+After it starts, ``LLM.llm_engine.vllm_config.cache_config`` holds the KV cache as vLLM's
+does: ``num_gpu_blocks`` (``num_gpu_blocks_override``, else :data:`DEFAULT_BLOCKS`, where vLLM
+counts what the memory allows), ``block_size`` (16, vLLM's GPU default) and
+``enable_prefix_caching``.
+
 Starting the engine fails as vLLM's does: ``max_model_len`` above the context that a local model
 folder's ``config.json`` declares is vLLM 0.32's ValueError (same text), and an exception set on
 ``module.LLM.start_failure`` is raised by every construction (an engine process that dies, out
@@ -29,6 +34,8 @@ from PIL import Image
 
 #: Fake tokens per image (the stub's "tokenizer" counts 4 characters per token).
 IMAGE_TOKENS = 16
+#: KV-cache blocks of an engine started without ``num_gpu_blocks_override`` (16 tokens each).
+DEFAULT_BLOCKS = 8192
 
 
 @dataclass(kw_only=True)
@@ -158,7 +165,9 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
                      enable_prefix_caching: bool | None = None, seed: int | None = None,
                      max_num_seqs: int | None = None, enforce_eager: bool = False,
                      mm_processor_kwargs: dict[str, Any] | None = None,
-                     revision: str | None = None, disable_log_stats: bool = True) -> None:
+                     revision: str | None = None, disable_log_stats: bool = True,
+                     num_gpu_blocks_override: int | None = None,
+                     block_size: int | None = None) -> None:
             LLM.attempts.append(model)
             if LLM.start_failure is not None:
                 raise LLM.start_failure
@@ -172,6 +181,12 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
                 "enable_prefix_caching": enable_prefix_caching, "seed": seed,
                 "max_num_seqs": max_num_seqs, "enforce_eager": enforce_eager}
             self.calls: list[ChatCall] = []
+            cache = types.SimpleNamespace(
+                num_gpu_blocks=num_gpu_blocks_override or DEFAULT_BLOCKS,
+                block_size=block_size or 16,
+                enable_prefix_caching=enable_prefix_caching is not False)
+            self.llm_engine = types.SimpleNamespace(
+                vllm_config=types.SimpleNamespace(cache_config=cache))
             LLM.instances.append(self)
 
         def get_tokenizer(self) -> _Tokenizer:

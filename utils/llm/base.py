@@ -150,6 +150,30 @@ class PromptLimits:
     image_bounds: tuple[int | None, int | None] = (None, None)
 
 
+@dataclass(frozen=True)
+class KVCache:
+    """The KV cache an offline engine keeps across requests (its prefix cache), once started.
+
+    The Stage 03 sync and async runners keep the dialogues in flight within
+    :attr:`window_tokens`, so each dialogue's earlier turns are still cached when its next turn
+    comes (docs/design.md, "Batching").
+
+    Attributes:
+        blocks: KV-cache blocks the engine allocated (vLLM's ``num_gpu_blocks``).
+        block_tokens: Tokens per block (vLLM's ``block_size``).
+        window_tokens: Tokens of that cache the dialogues in flight may fill (<= ``tokens``).
+    """
+
+    blocks: int
+    block_tokens: int
+    window_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """Capacity in tokens: ``blocks * block_tokens``."""
+        return self.blocks * self.block_tokens
+
+
 class ChatModel(abc.ABC):
     """A model that answers batches of chat requests.
 
@@ -265,6 +289,14 @@ class ChatModel(abc.ABC):
         Called after :meth:`preflight` and before the first request; must not load weights.
         """
         return PromptLimits()
+
+    def kv_cache(self) -> KVCache | None:
+        """The engine's KV cache, for keeping the dialogues in flight within it.
+
+        Called after :meth:`start`. None (the default: API providers, baselines) means no
+        bound: the sync runner then sends every case's turn N in one call.
+        """
+        return None
 
     def count_prompt_tokens(self, request: TurnRequest) -> int | None:
         """Exact prompt tokens of ``request`` where the provider can count them cheaply.

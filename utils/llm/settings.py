@@ -512,11 +512,15 @@ class VLLMConfig(ProviderConfig):
     """vLLM ``max_num_seqs``; None: vLLM's default."""
     enforce_eager: bool | None = option(None, boolean(optional=True))
     """vLLM ``enforce_eager``; None: vLLM's default."""
+    kv_blocks: int | None = option(None, integer(2, optional=True))
+    """vLLM ``num_gpu_blocks_override``: KV-cache blocks to allocate instead of what the memory
+    left allows (benchmarks of a small cache); None: vLLM's own count."""
     engine_kwargs: dict[str, Any] | None = option(None, mapping())
     """Further ``vllm.LLM`` keyword arguments, applied last (e.g. ``{"dtype": "float32"}``)."""
     engine: str = option("batched", one_of(ENGINE_MODES), "--vllm-engine")
-    """``batched``: one ``LLM.chat`` per turn index; ``async``: ``AsyncLLM`` under the async
-    runner, no turn barrier."""
+    """``batched``: one ``LLM.chat`` per step of the sync runner's window of dialogues;
+    ``async``: ``AsyncLLM`` under the async runner, no turn barrier. Both keep the dialogues in
+    flight within the KV cache."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,12 +1,14 @@
 """Stage 03 provider ``opensource``: open-weight VLMs through vLLM's offline engine.
 
 One :meth:`VLLMChatModel.generate` call is one ``LLM.chat`` call holding every request of the
-batch (the runner sends one batch per turn index with every active case), so vLLM schedules all
-cases together and its prefix cache reuses the shared history (docs/engines.md, "Offline
-engine"). Engine settings follow docs/engines.md, "Decoding": greedy ``SamplingParams``
-(temperature 0, top_p 1, max_tokens 8192), tensor parallel size = number of visible GPUs, images
-as base64 data URLs, ``limit_mm_per_prompt {"image": 7}`` for every model,
-``enable_thinking=False`` passed to the chat template with ``--no-thinking``. Requests are fitted
+batch (the runner's next turn of each case in its window), so vLLM schedules the cases together
+and its prefix cache reuses each case's history (docs/engines.md, "Offline engine").
+:meth:`VLLMChatModel.kv_cache` tells the runners the cache vLLM allocated, and they keep the
+dialogues in flight within it (docs/design.md, "Batching"). Engine settings follow
+docs/engines.md, "Decoding": greedy ``SamplingParams`` (temperature 0, top_p 1, max_tokens
+8192), tensor parallel size = number of visible GPUs, images as base64 data URLs,
+``limit_mm_per_prompt {"image": 7}`` for every model, ``enable_thinking=False`` passed to the
+chat template with ``--no-thinking``. Requests are fitted
 to the chat template first (system role, strict alternation: docs/chat_templates.md), and one
 conversation that the template or the engine rejects fails alone.
 
@@ -50,7 +52,7 @@ from utils.llm._engine_start import (
     start_error,
 )
 from utils.llm._images import image_data_url
-from utils.llm.base import ChatModel, Completion, PromptLimits, TurnRequest, Usage
+from utils.llm.base import ChatModel, Completion, KVCache, PromptLimits, TurnRequest, Usage
 from utils.llm.chat_format import (
     ChatFormat,
     apply_chat_format,
@@ -74,8 +76,13 @@ from utils.llm.tokens import context_from_config, rule_for_model
 logger = logging.getLogger(__name__)
 
 #: Requests in flight for ``--vllm-engine async`` unless ``--concurrency`` says otherwise: as many
-#: as vLLM schedules at once by default (``max_num_seqs`` 256), so its scheduler sees every case.
+#: as vLLM schedules at once by default (``max_num_seqs`` 256). The dialogues in flight are
+#: bounded by the KV cache first (:meth:`VLLMChatModel.kv_cache`; docs/design.md, "Batching").
 ASYNC_ENGINE_CONCURRENCY = 256
+
+#: Share of the KV cache the dialogues in flight may fill (docs/design.md, "Batching"): the
+#: footprints are bounds of each dialogue's last turn, so the whole cache is usable.
+KV_WINDOW_FRACTION = 1.0
 
 #: ``gpu_memory_utilization`` when neither the flag nor the model sets it (docs/engines.md,
 #: "Decoding").
@@ -299,6 +306,8 @@ class VLLMChatModel(ChatModel):
             self.engine_kwargs["max_num_seqs"] = int(config.max_num_seqs)
         if config.enforce_eager is not None:
             self.engine_kwargs["enforce_eager"] = bool(config.enforce_eager)
+        if config.kv_blocks is not None:
+            self.engine_kwargs["num_gpu_blocks_override"] = int(config.kv_blocks)
         self.engine_kwargs.update(self.spec.engine_kwargs)
         self.engine_kwargs.update(config.engine_kwargs or {})
         self.vllm_version = str(getattr(self._vllm, "__version__", "unknown"))
@@ -361,6 +370,28 @@ class VLLMChatModel(ChatModel):
                                                        max_tokens=self.max_tokens,
                                                        seed=self.seed)
         return self._llm
+
+    def kv_cache(self) -> KVCache | None:
+        """The started engine's KV cache: vLLM's ``cache_config`` after the engine loaded.
+
+        ``num_gpu_blocks`` (what vLLM allocated after profiling the memory left, or
+        ``kv_blocks``) and ``block_size``; block 0 is vLLM's null block, so the dialogues in
+        flight may fill the other blocks times :data:`KV_WINDOW_FRACTION`.
+
+        Returns:
+            The cache, or None before the engine started, without prefix caching, or when
+            this vLLM does not expose its cache config (then the runner batches by turn index).
+        """
+        engine = self._llm.llm_engine if self._llm is not None and \
+            hasattr(self._llm, "llm_engine") else self._async_llm
+        config = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
+        blocks = getattr(config, "num_gpu_blocks", None)
+        block = getattr(config, "block_size", None)
+        if not (isinstance(blocks, int) and isinstance(block, int) and blocks > 1 and block > 0
+                and getattr(config, "enable_prefix_caching", False)):
+            return None
+        return KVCache(blocks=blocks, block_tokens=block,
+                       window_tokens=int((blocks - 1) * block * KV_WINDOW_FRACTION))
 
     def suggested_concurrency(self, dialogue_tokens: int | None,
                               dialogues_per_request: int = 1) -> int | None:
@@ -461,13 +492,21 @@ class VLLMChatModel(ChatModel):
         }
 
     def runtime_info(self) -> dict[str, Any]:
-        """How the engine ran (recorded, not compared on resume)."""
+        """How the engine ran (recorded, not compared on resume).
+
+        ``kv_cache`` is the started engine's cache and the window the runners keep the
+        dialogues in flight within (:meth:`kv_cache`; None before the engine started).
+        """
         keys = ("tensor_parallel_size", "gpu_memory_utilization", "enable_prefix_caching",
-                "max_num_seqs", "enforce_eager")
+                "max_num_seqs", "enforce_eager", "num_gpu_blocks_override")
+        cache = self.kv_cache()
         return {"backend": "vllm", "vllm_version": self.vllm_version,
                 "device": "cpu" if self.cpu else "cuda", "engine": self.engine_mode,
                 "model_path": self.spec.model_path, "visible_gpus": self.visible_gpus,
                 **{k: self.engine_kwargs.get(k) for k in keys},
+                "kv_cache": None if cache is None else {
+                    "blocks": cache.blocks, "block_tokens": cache.block_tokens,
+                    "tokens": cache.tokens, "window_tokens": cache.window_tokens},
                 "chat_format": self.chat_format.record()}
 
     # ---------------------------------------------------------------- generation

@@ -1,7 +1,7 @@
 """Stage 03: sequential multi-turn VLM evaluation on the CheXpercept benchmark.
 
 Reads ``chexpercept.json`` + the image bundle, asks each case's turns through a
-``utils.llm`` provider (one batched ``generate`` call per turn index), parses answers strictly,
+``utils.llm`` provider (batched ``generate`` calls over many cases), parses answers strictly,
 scores them all-or-nothing and writes ``records.jsonl``, ``run_manifest.json`` and
 ``all_results.json`` (docs/evaluation_protocol.md, "Run folder").
 """

@@ -149,8 +149,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     """Evaluate a provider on the selected cases (or resume its run) and write the run folder.
 
     API providers (and ``--vllm-engine async``) run cases as concurrent pipelines; offline
-    engines and baselines in one batched call per turn index. Faults never become answers:
-    a case whose turn got no answer is left unfinished and listed in the summary
+    engines and baselines in batched calls (docs/design.md, "Batching"). Faults never become
+    answers: a case whose turn got no answer is left unfinished and listed in the summary
     (docs/engines.md, "Faults").
 
     Args:

@@ -15,7 +15,10 @@ are sequential, so a 9-turn case started last would run alone for 9 latencies at
 sleeping in retry backoff hands its permit back (:class:`utils.llm.retry.InFlightSlot`), which
 is why there are more open cases than permits. A slow request delays only its own case, never a
 whole turn index, and cases finish early (depth first), so checkpoints of ``all_results.json``
-hold whole cases and prefix caches see one conversation's turns back to back.
+hold whole cases and prefix caches see one conversation's turns back to back. With a provider
+that has a KV cache (``ChatModel.kv_cache``: vLLM's ``AsyncLLM``) a worker starts its next case
+only once that case's footprint fits the cache beside the cases in flight
+(:mod:`chexpercept.evaluation.kv_window`), so no dialogue's history is evicted by the others'.
 
 Durability is the store's (one fsync policy for both runners). ``all_results.json`` is rebuilt
 after ``save_every`` newly finished cases but at most every ``checkpoint_interval_s`` seconds,
@@ -58,6 +61,7 @@ from pathlib import Path
 
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.cases import Bundle, EvalCase
+from chexpercept.evaluation.kv_window import DialogueWindow
 from chexpercept.evaluation.session import (
     CaseState,
     Drain,
@@ -185,6 +189,7 @@ class Scheduler:
         concurrency: Most requests in flight.
         checkpoints: When to rewrite ``all_results.json``.
         drain_s: Most seconds a fatal stop waits for the requests in flight.
+        window: The dialogues in flight against the provider's KV cache (None: no bound).
 
     Attributes:
         stop: Set when a fatal error stops the run (no request is sent after it).
@@ -192,8 +197,10 @@ class Scheduler:
     """
 
     def __init__(self, session: RunSession, model: ChatModel, concurrency: int,
-                 checkpoints: Checkpointer, drain_s: float = DRAIN_S) -> None:
+                 checkpoints: Checkpointer, drain_s: float = DRAIN_S,
+                 window: DialogueWindow | None = None) -> None:
         self.session = session
+        self.window = window
         self.model = model
         self.concurrency = concurrency
         self.checkpoints = checkpoints
@@ -207,6 +214,26 @@ class Scheduler:
         self.queue = sorted((s for s in session.active_states if s.runnable), reverse=True,
                             key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
         self._position = 0
+        self._taking = asyncio.Lock()
+        self._room = asyncio.Event()
+
+    async def _take(self) -> CaseState | None:
+        """The next queued case, once the KV window has room for it; None when none is left.
+
+        Workers take cases one at a time, in queue order; without a window at once
+        (docs/design.md, "Batching"; :mod:`chexpercept.evaluation.kv_window`).
+        """
+        async with self._taking:
+            while self._position < len(self.queue) and not self.stop.is_set():
+                state = self.queue[self._position]
+                if self.window is None or self.window.fits(state):
+                    self._position += 1
+                    if self.window is not None:
+                        self.window.enter(state)
+                    return state
+                self._room.clear()
+                await self._room.wait()  # set when a case leaves, an answer comes, or a stop
+            return None
 
     async def _ask(self, state: CaseState, slot: InFlightSlot) -> None:
         """Ask one turn of ``state`` and hand the completion to the session.
@@ -244,6 +271,9 @@ class Scheduler:
         stats.requests += 1
         stats.attempts += completion.attempts
         stats.statuses[completion.status] += 1
+        if self.window is not None:
+            self.window.observe(completion)
+            self._room.set()
         if self.stop.is_set():  # arrived while stopping: recorded all the same
             self.drain.finish(self.session, state, prep, completion, completion.latency_s)
             return
@@ -264,15 +294,17 @@ class Scheduler:
         slot = InFlightSlot(self._semaphore)
         CURRENT_SLOT.set(slot)  # this task's context only: retries free it while backing off
         CURRENT_STOP.set(self.stop)  # and give up when the run stops
-        while self._position < len(self.queue) and not self.stop.is_set():
-            state = self.queue[self._position]
-            self._position += 1
+        while (state := await self._take()) is not None:
             # a fault parks the case for the rest of the invocation
             while state.runnable and not self.stop.is_set():
                 await self._ask(state, slot)
+            if self.window is not None:
+                self.window.leave(state)
+                self._room.set()
 
     async def _drain(self, tasks: list[asyncio.Task]) -> None:
         """Await the requests in flight for at most :attr:`drain_s` s; cancel the rest."""
+        self._room.set()  # workers waiting for the KV window see the stop
         pending = [t for t in tasks if not t.done()]
         try:
             if pending:
@@ -361,11 +393,14 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite,
                            fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
+    cache = model.kv_cache()
+    window = None if cache is None else DialogueWindow(cache, model.prompt_limits())
     scheduler = Scheduler(session, model, concurrency,
                           Checkpointer(session, settings.save_every, checkpoint_interval_s),
-                          drain_s)
-    logger.info("async runner: %d case(s) to run, concurrency %d", len(scheduler.queue),
-                concurrency)
+                          drain_s, window)
+    logger.info("async runner: %d case(s) to run, concurrency %d%s", len(scheduler.queue),
+                concurrency, "" if window is None else
+                f", dialogues in flight within the KV cache's {cache.window_tokens} tokens")
     try:
         with _gc_tuned():
             stats = asyncio.run(scheduler.run())
@@ -376,4 +411,6 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
                 "flight or in retry backoff), %d retried attempt(s)", stats.requests, stats.wall_s,
                 stats.requests / max(stats.wall_s, 1e-9), stats.max_in_flight,
                 stats.attempts - stats.requests)
+    if window is not None:
+        logger.info("dialogue window: %s", window.describe())
     return summary

@@ -1,10 +1,15 @@
 """Stage 03: the stage-synchronous runner (offline engines, baselines).
 
-For turn index t = 0..8 the runner makes one ``model.generate`` call holding turn t of every
-case whose next turn is t, so an offline engine batches across cases (docs/design.md,
-"Batching"). Everything about the run folder, resume and scoring is the session's
-(:mod:`chexpercept.evaluation.session`): re-running the same command resumes, recorded turns are
-never requested again, and a run folder whose manifest differs in an identity field is refused.
+Each ``model.generate`` call holds one turn of many cases, so an offline engine batches across
+cases (docs/design.md, "Batching"). A provider with a KV cache (``ChatModel.kv_cache``: vLLM's
+offline engine) gets a rolling window of the dialogues whose footprints fit that cache
+(:mod:`chexpercept.evaluation.kv_window`): each call holds the next turn of every case in the
+window, and a case that finishes makes room for the next, so each dialogue's history is still
+cached when its next turn comes. Any other provider gets, for turn index t = 0..8, one call
+holding turn t of every case whose next turn is t. Everything about the run folder, resume and
+scoring is the session's (:mod:`chexpercept.evaluation.session`): re-running the same command
+resumes, recorded turns are never requested again, and a run folder whose manifest differs in
+an identity field is refused.
 A request that can never succeed is that turn's ``error`` (scored wrong); a fault (no answer)
 leaves its case unfinished for a re-run (docs/engines.md, "Faults").
 
@@ -17,14 +22,17 @@ stops only after every completion of the batch is recorded; the error then names
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
 from chexpercept.evaluation.dialogue import PreparedTurn
+from chexpercept.evaluation.kv_window import DialogueWindow
 from chexpercept.evaluation.session import (
     CaseState,
     Drain,
@@ -67,64 +75,136 @@ def _finish_batch(session: RunSession, batch: list[CaseState], prepared: list[Pr
     return finished
 
 
+def _ask(session: RunSession, model: ChatModel, batch: list[CaseState],
+         window: DialogueWindow | None) -> tuple[int, float]:
+    """One ``model.generate`` call with the next turn of every case of ``batch``, recorded.
+
+    Returns:
+        The cases it finished, and its wall time in seconds.
+
+    Raises:
+        ProviderError: As :func:`run_evaluation` (what arrived is recorded first).
+    """
+    prepared = [s.dialogue.prepare() for s in batch]
+    started = time.perf_counter()
+    try:
+        completions = model.generate([p.request for p in prepared])
+    except BatchStopped as stopped:  # record what arrived, then stop
+        session.summary.generate_calls += 1
+        drain = Drain(abandoned=stopped.abandoned)
+        for i, completion in sorted(stopped.completions.items()):
+            drain.finish(session, batch[i], prepared[i], completion,
+                         time.perf_counter() - started)
+        raise drain.error(stopped.cause)  # noqa: B904 - its __cause__ is the cause
+    elapsed = time.perf_counter() - started
+    session.summary.generate_calls += 1
+    if len(completions) != len(prepared):
+        raise ProviderError(f"provider {session.settings.provider} returned "
+                            f"{len(completions)} completion(s) for {len(prepared)} request(s)")
+    if window is not None:
+        for completion in completions:
+            window.observe(completion)
+    return _finish_batch(session, batch, prepared, completions, elapsed), elapsed
+
+
+def _by_turn_index(session: RunSession, model: ChatModel,
+                   progress: Callable[..., Iterable[int]] | None) -> Iterator[int]:
+    """Turn t = 0..8 of every case whose next turn is t, one call each; yields finished counts.
+
+    Raises:
+        ProviderError: As :func:`run_evaluation`.
+    """
+    turn_indices: Iterable[int] = range(NUM_TURNS)
+    if progress is not None:
+        turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
+    for t in turn_indices:
+        batch = [s for s in session.active_states if s.runnable and _next_index(s) == t]
+        if not batch:
+            continue
+        finished, elapsed = _ask(session, model, batch, None)
+        logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
+                    TURNS[t].name, len(batch), elapsed)
+        yield finished
+
+
+def _in_window(session: RunSession, model: ChatModel, window: DialogueWindow,
+               progress: Callable[..., Iterable[int]] | None) -> Iterator[int]:
+    """Rolling window: each call holds the next turn of every case in flight; yields finished.
+
+    Before each call, cases that finished or got no answer leave the window and waiting cases
+    enter while their footprints fit (:class:`~chexpercept.evaluation.kv_window.DialogueWindow`),
+    longest remaining path first, as the async runner takes them (its module docstring), so the
+    run does not end on a few 9-turn dialogues running alone.
+
+    Raises:
+        ProviderError: As :func:`run_evaluation`.
+    """
+    queue = deque(sorted((s for s in session.active_states if s.runnable), reverse=True,
+                         key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history)))
+    steps: Iterable[int] = itertools.count()
+    if progress is not None:
+        steps = progress(steps, total=None, desc="calls")
+    for step in steps:
+        for state in [s for s in window.in_flight.values() if not s.runnable]:
+            window.leave(state)
+        while queue and window.fits(queue[0]):
+            window.enter(queue.popleft())
+        batch = list(window.in_flight.values())
+        if not batch:
+            return
+        finished, elapsed = _ask(session, model, batch, window)
+        logger.info("call %d: %d request(s) in %.1f s, %d case(s) waiting; %s", step + 1,
+                    len(batch), elapsed, len(queue), window.describe())
+        yield finished
+
+
 def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                    settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
                    progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
     """Run (or resume) the evaluation of ``cases`` and write the run folder.
 
+    A model with a KV cache (:meth:`~utils.llm.base.ChatModel.kv_cache`, the offline vLLM
+    engine) gets a rolling window of the dialogues that fit it, each call holding the next turn
+    of every case in the window; any other gets one call per turn index over every case
+    (docs/design.md, "Batching").
+
     Args:
         bundle: The loaded benchmark (key order and JSON hash).
         cases: Validated, planned cases to evaluate (see ``validate_bundle``).
-        model: The provider; ``generate`` is called once per turn index that has work.
+        model: The provider; ``generate`` is called once per turn index that has work, or once
+            per step of the window.
         settings: Run identity and checkpointing.
         run_dir: ``io.eval_run_dir(...)``.
         overwrite: Delete an earlier run's manifest, records and results first.
-        progress: Optional wrapper of the turn-index loop (``utils.cli.progress``).
+        progress: Optional wrapper of the loop over calls (``utils.cli.progress``).
 
     Returns:
         The run summary.
 
     Raises:
-        ConfigError: If the run folder holds a run with a different manifest (names the field).
+        ConfigError: If the run folder holds a run with a different manifest (names the field),
+            or (with a KV cache) an image of a case cannot be read for its footprint.
         ProviderError: If the provider returns a wrong number of completions, on a fatal
             provider error (what arrived is recorded first; the message counts it), or when too
             many requests in a row got no answer.
         SchemaError: If ``records.jsonl`` is corrupt.
     """
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite)
-    turn_indices: Iterable[int] = range(NUM_TURNS)
-    if progress is not None:
-        turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
     unsaved = 0
     try:
-        for t in turn_indices:
-            batch = [s for s in session.active_states if s.runnable and _next_index(s) == t]
-            if not batch:
-                continue
-            prepared = [s.dialogue.prepare() for s in batch]
-            started = time.perf_counter()
-            try:
-                completions = model.generate([p.request for p in prepared])
-            except BatchStopped as stopped:  # record what arrived, then stop
-                session.summary.generate_calls += 1
-                drain = Drain(abandoned=stopped.abandoned)
-                for i, completion in sorted(stopped.completions.items()):
-                    drain.finish(session, batch[i], prepared[i], completion,
-                                 time.perf_counter() - started)
-                raise drain.error(stopped.cause)  # noqa: B904 - its __cause__ is the cause
-            elapsed = time.perf_counter() - started
-            session.summary.generate_calls += 1
-            if len(completions) != len(prepared):
-                raise ProviderError(f"provider {settings.provider} returned {len(completions)} "
-                                    f"completion(s) for {len(prepared)} request(s)")
-            unsaved += _finish_batch(session, batch, prepared, completions, elapsed)
-            logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
-                        TURNS[t].name, len(batch), elapsed)
+        cache = model.kv_cache()
+        window = None if cache is None else DialogueWindow(cache, model.prompt_limits())
+        calls = _by_turn_index(session, model, progress) if window is None else \
+            _in_window(session, model, window, progress)
+        for finished in calls:
+            unsaved += finished
             if unsaved >= settings.save_every:
                 n = session.write_results()
                 logger.info("checkpoint: %d finished case(s) in %s", n,
                             session.store.results_path)
                 unsaved = 0
+        if window is not None:
+            logger.info("dialogue window: %s", window.describe())
     finally:
         summary = session.close()
     return summary

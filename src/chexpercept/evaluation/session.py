@@ -151,10 +151,19 @@ class RunSummary:
         return (f"cases: {self.cases_finished}/{self.cases_selected} finished; turns requested: "
                 f"{self.turns_requested} (already done: {self.turns_resumed}) in "
                 f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
-                f"input {self.usage['input']} (cached {self.usage['cached_input']}), output "
+                f"input {self.usage['input']} (cached {self.usage['cached_input']}"
+                f"{self._hit_rate()}), output "
                 f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
                 f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; "
                 f"no answer (faults): {self.turns_faulted}; output: {self.all_results_path}")
+
+    def _hit_rate(self) -> str:
+        """``, hit rate 0.73``: cached over input tokens, or '' when none were cached.
+
+        The prefix cache's share of the prompt tokens (docs/design.md, "Batching").
+        """
+        cached, total = self.usage["cached_input"], self.usage["input"]
+        return f", hit rate {cached / total:.2f}" if cached and total else ""
 
     def unfinished_message(self) -> str | None:
         """One line on the unfinished cases (None when there are none to report).
