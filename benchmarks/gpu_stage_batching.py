@@ -8,25 +8,37 @@ runner with ``--oracle_setting none``:
 
 1. ``sequential``: every conversation is its own ``LLM.chat`` call (the VLMEvalKit / lmms-eval
    pattern), on the first ``--sequential-cases`` cases;
-2. ``batched``: the runner's stage-synchronous path, one ``LLM.chat`` per turn index (the
-   default of ``--vllm-engine``);
-3. ``async`` (``--modes`` includes it): vLLM's ``AsyncLLM`` under the async runner, each case's
-   next turn submitted as soon as its previous one ends (``--vllm-engine async``); its own
-   engine, loaded after the first is closed.
+2. ``batched``: the sync runner as Stage 03 runs it (the default of ``--vllm-engine``): a
+   rolling window of the dialogues that fit the KV cache, one ``LLM.chat`` per step holding
+   the next turn of every case in the window (docs/design.md, "Batching");
+3. ``turn_index``: the sync runner without the window, one ``LLM.chat`` per turn index over
+   every case (the path before the window; what any provider without a KV cache gets);
+4. ``async``: vLLM's ``AsyncLLM`` under the async runner, each case's next turn submitted as
+   soon as its previous one ends, cases started as the KV window has room
+   (``--vllm-engine async``); its own engine, loaded after the first is closed;
+5. ``async_unbounded``: the same without the window, ``--async-concurrency`` requests in
+   flight (the path before the window).
+
+``--kv-blocks N`` sets vLLM's ``num_gpu_blocks_override``: a KV cache of N blocks, to measure a
+cache far smaller than the dialogues' working set, as on a GPU with a large model.
 
 The prefix cache is reset before each run. Prints and writes JSON (``--out``): wall time,
-requests/s, ``LLM.chat`` calls, time outside ``generate``, prefix-cache hits when vLLM exposes
-them, how many greedy outputs of the shared cases agree (mismatches listed), and for the batched
-run the **barrier idle share**: of the request-slot time inside the ``LLM.chat`` calls, the
-share during which a request had finished and waited for the slowest request of its turn index
-(from vLLM's per-request timestamps; the capacity the turn barrier leaves unused). No
-assertion on timings. Exits 2 at once, with the reason, when vllm is missing, or when a GPU
-build of vllm sees no CUDA GPU.
+requests/s, ``LLM.chat`` calls, time outside ``generate``; ``prefix_cache``: from the records
+(vLLM's per-request ``num_cached_tokens``) ``hit_rate`` = cached / prompt tokens,
+``computed_tokens`` = prompt tokens not found in the cache, ``min_computed_tokens`` = each case's
+longest prompt counted once (what a cache that never evicts a dialogue's history computes, less
+what cases share), and vLLM's own counters (``engine_*``, which also count requests prefilled
+again after a preemption); how many greedy outputs of the shared cases agree (mismatches
+listed); and for the sync runs the **barrier idle share**: of the request-slot time inside the
+``LLM.chat`` calls, the share during which a request had finished and waited for the slowest
+request of its call (from vLLM's per-request timestamps; the capacity the barrier leaves
+unused). No assertion on timings. Exits 2 at once, with the reason, when vllm is missing, or
+when a GPU build of vllm sees no CUDA GPU.
 
 Usage::
 
     python benchmarks/gpu_stage_batching.py [--cases 200] [--modes sequential,batched,async]
-        [--out DIR/gpu_stage_batching.json]
+        [--kv-blocks N] [--out DIR/gpu_stage_batching.json]
 """
 
 from __future__ import annotations
@@ -60,6 +72,8 @@ LESION_PATHS = (("effusion", "revision_required"), ("opacity", "revision_free"),
                 ("cardiomegaly", "lesion_free"), ("opacity", "revision_required"),
                 ("cardiomegaly", "revision_free"), ("effusion", "lesion_free"))
 IMAGE_SIZE = 448
+#: The runs ``--modes`` may name (the module docstring).
+MODES = ("sequential", "turn_index", "batched", "async", "async_unbounded")
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -109,15 +123,34 @@ def write_benchmark(root: Path, n_cases: int, seed: int, image_size: int = IMAGE
 
 
 class TimedModel(ChatModel):
-    """Wraps a provider: times ``generate``; ``one_at_a_time`` sends each request alone."""
+    """Wraps a provider: times ``generate``; ``one_at_a_time`` sends each request alone.
 
-    def __init__(self, inner: ChatModel, *, one_at_a_time: bool) -> None:
+    ``window=False`` hides the provider's KV cache from the runners (the paths before the
+    window: one call per turn index; the async runner without its gate).
+    """
+
+    def __init__(self, inner: ChatModel, *, one_at_a_time: bool, window: bool = True) -> None:
         super().__init__(inner.model)
         self.provider = inner.provider
         self.inner = inner
         self.one_at_a_time = one_at_a_time
+        self.window = window
+        self.supports_async = inner.supports_async
         self.generate_s = 0.0
         self.requests = 0
+
+    def kv_cache(self) -> Any:
+        return self.inner.kv_cache() if self.window else None
+
+    def prompt_limits(self) -> Any:
+        return self.inner.prompt_limits()
+
+    async def agenerate(self, request: TurnRequest) -> Completion:
+        self.requests += 1
+        return await self.inner.agenerate(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         started = time.perf_counter()
@@ -136,14 +169,16 @@ class TimedModel(ChatModel):
         return {**self.inner.runtime_info(), "one_at_a_time": self.one_at_a_time}
 
 
-def _prefix_cache_counters(engine: Any) -> dict[str, float] | None:
-    """vLLM's prefix-cache hit/query counters (V1 ``LLM.get_metrics``), or None."""
-    get_metrics = getattr(engine, "get_metrics", None)
-    if get_metrics is None:
-        return None
+def _prefix_cache_counters() -> dict[str, float] | None:
+    """vLLM's prefix-cache hit/query counters (its in-process Prometheus registry), or None.
+
+    Both engines (``LLM`` and ``AsyncLLM``, with ``disable_log_stats=False``) count there.
+    """
     try:
-        metrics = get_metrics()
-    except Exception:  # noqa: BLE001 - optional statistics
+        from vllm.v1.metrics.reader import get_metrics_snapshot
+
+        metrics = get_metrics_snapshot()
+    except Exception:  # noqa: BLE001 - optional statistics (and the stub has none)
         return None
     found = {}
     for metric in metrics:
@@ -183,15 +218,48 @@ class BarrierIdle:
         return round(self.waited / self.slots, 4) if self.slots > 0 else None
 
 
-def _run_async(provider: ChatModel, bundle_root: Path, key_ids: list[str], out_dir: Path,
-               concurrency: int) -> dict[str, Any]:
+def token_stats(run_dir: Path) -> dict[str, Any]:
+    """Prompt tokens of a run's records: cached share, computed, and the least computable.
+
+    ``min_computed_tokens`` counts each case's longest prompt once: a cache that keeps every
+    dialogue's history computes each case's tokens once (less what the cases share, such as the
+    system prompt, which it also reuses).
+    """
+    prompt = cached = 0
+    longest: dict[str, int] = {}
+    for record in io.read_jsonl(io.records_path(run_dir)):
+        usage = record.get("usage") or {}
+        tokens = int(usage.get("input_tokens", 0))
+        prompt += tokens
+        cached += int(usage.get("cached_input_tokens", 0))
+        longest[record["key_id"]] = max(longest.get(record["key_id"], 0), tokens)
+    return {"hit_rate": round(cached / prompt, 4) if prompt else None, "prompt_tokens": prompt,
+            "cached_tokens": cached, "computed_tokens": prompt - cached,
+            "min_computed_tokens": sum(longest.values())}
+
+
+def _engine_counts(before: dict[str, float] | None) -> dict[str, Any]:
+    """vLLM's own prefix-cache counters since ``before`` (empty without them)."""
+    after = _prefix_cache_counters()
+    if before is None or after is None:
+        return {}
+    hits = after.get("prefix_cache_hits", 0.0) - before.get("prefix_cache_hits", 0.0)
+    queries = after.get("prefix_cache_queries", 0.0) - before.get("prefix_cache_queries", 0.0)
+    return {"engine_hits": hits, "engine_queries": queries,
+            "engine_hit_rate": round(hits / queries, 4) if queries else None}
+
+
+def _run_async(label: str, provider: ChatModel, bundle_root: Path, key_ids: list[str],
+               out_dir: Path, concurrency: int, *, window: bool) -> dict[str, Any]:
     """The async runner over ``provider`` (``engine="async"``); requests/s like :func:`_run`."""
     bundle = load_bundle(bundle_root)
     cases = validate_bundle(bundle, key_ids)
     settings = EvalSettings(provider=provider.provider, model=provider.model,
                             oracle_setting="none")
+    model = TimedModel(provider, one_at_a_time=False, window=window)
+    before = _prefix_cache_counters()
     started = time.perf_counter()
-    summary = run_evaluation_async(bundle, cases, provider, settings, out_dir / "async",
+    summary = run_evaluation_async(bundle, cases, model, settings, out_dir / label,
                                    concurrency=concurrency, overwrite=True)
     wall = time.perf_counter() - started
     requests = sum(len(c.turns) for c in cases)
@@ -199,14 +267,14 @@ def _run_async(provider: ChatModel, bundle_root: Path, key_ids: list[str], out_d
               "generate_calls": summary.generate_calls, "wall_s": round(wall, 3),
               "requests_per_s": round(requests / wall, 2) if wall else None,
               "statuses": dict(summary.statuses), "concurrency": concurrency,
-              "note": "wall time includes the AsyncLLM start (the engine loads in the run's "
-                      "event loop); see engine_load_s of the async engine"}
-    logger.info("async: %s", json.dumps(result))
+              "window": window,
+              "prefix_cache": {**token_stats(out_dir / label), **_engine_counts(before)}}
+    logger.info("%s: %s", label, json.dumps(result))
     return result
 
 
 def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_ids: list[str],
-         out_dir: Path, *, one_at_a_time: bool) -> dict[str, Any]:
+         out_dir: Path, *, one_at_a_time: bool, window: bool = True) -> dict[str, Any]:
     bundle = load_bundle(bundle_root)
     cases = validate_bundle(bundle, key_ids)
     chat_calls = 0
@@ -223,8 +291,8 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
     idle = BarrierIdle()
     if hasattr(engine, "reset_prefix_cache"):
         engine.reset_prefix_cache()
-    before = _prefix_cache_counters(engine)
-    model = TimedModel(provider, one_at_a_time=one_at_a_time)
+    before = _prefix_cache_counters()
+    model = TimedModel(provider, one_at_a_time=one_at_a_time, window=window)
     settings = EvalSettings(provider=provider.provider, model=provider.model,
                             oracle_setting="none")
     started = time.perf_counter()
@@ -233,13 +301,7 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
     finally:
         engine.chat = original_chat
     wall = time.perf_counter() - started
-    after = _prefix_cache_counters(engine)
-    prefix = None
-    if before is not None and after is not None:
-        hits = after.get("prefix_cache_hits", 0.0) - before.get("prefix_cache_hits", 0.0)
-        queries = after.get("prefix_cache_queries", 0.0) - before.get("prefix_cache_queries", 0.0)
-        prefix = {"hits": hits, "queries": queries,
-                  "hit_rate": hits / queries if queries else None}
+    prefix = {**token_stats(out_dir / label), **_engine_counts(before)}
     result = {
         "cases": len(cases), "requests": model.requests, "chat_calls": chat_calls,
         "generate_calls": summary.generate_calls, "wall_s": round(wall, 3),
@@ -247,7 +309,7 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
         "outside_generate_frac": round(1 - model.generate_s / wall, 4) if wall else None,
         "requests_per_s": round(model.requests / wall, 2) if wall else None,
         "statuses": dict(summary.statuses), "prefix_cache": prefix,
-        "barrier_idle_share": idle.share(),
+        "barrier_idle_share": idle.share(), "window": window,
     }
     logger.info("%s: %s", label, json.dumps(result))
     return result
@@ -285,10 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "rounding differs between batch shapes and flips greedy tokens "
                              "of the random model; the model's own dtype on GPU).")
     parser.add_argument("--modes", default="sequential,batched,async",
-                        help="Comma-separated runs: sequential, batched, async "
-                             "(default: %(default)s).")
+                        help=f"Comma-separated runs; choices: {', '.join(MODES)} "
+                             f"(default: %(default)s).")
+    parser.add_argument("--kv-blocks", type=int, default=None,
+                        help="KV-cache blocks of every engine (vLLM's num_gpu_blocks_override; "
+                             "block size 16 on GPU, 128 on vLLM's CPU build) (default: what "
+                             "the memory allows).")
     parser.add_argument("--async-concurrency", type=int, default=256,
-                        help="Requests in flight of the async run (default: %(default)s).")
+                        help="Requests in flight of the async runs (default: %(default)s, "
+                             "ASYNC_ENGINE_CONCURRENCY).")
     parser.add_argument("--seed", type=int, default=0, help="Seed (default: %(default)s).")
     parser.add_argument("--out", default=None,
                         help="JSON result file (default: print only).")
@@ -326,21 +393,21 @@ def main(argv: list[str] | None = None) -> int:
         utilization = args.gpu_memory_utilization or (0.15 if cpu else 0.5)
         dtype = args.dtype or ("float32" if cpu else None)
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        unknown = sorted(set(modes) - {"sequential", "batched", "async"})
+        unknown = sorted(set(modes) - set(MODES))
         if unknown:
             print(f"gpu_stage_batching: unknown --modes {unknown}", file=sys.stderr)
             return 2
         options = {"model_path": model_path, "seed": args.seed,
                    "max_new_tokens": args.max_new_tokens, "max_model_len": args.max_model_len,
                    "gpu_memory_utilization": utilization,
-                   "enforce_eager": args.enforce_eager or None,
+                   "enforce_eager": args.enforce_eager or None, "kv_blocks": args.kv_blocks,
                    "engine_kwargs": {"disable_log_stats": False,
                                      **({"dtype": dtype} if dtype else {})}}
         key_ids = list(load_bundle(bundle_root).items)
         runs: dict[str, dict[str, Any]] = {}
         runtime: dict[str, Any] = {}
         load_s = None
-        if {"sequential", "batched"} & set(modes):
+        if {"sequential", "turn_index", "batched"} & set(modes):
             started = time.perf_counter()
             provider = create_model("opensource", args.model, **options)
             engine = provider.load()  # the benchmark counts the engine's own chat calls
@@ -350,28 +417,33 @@ def main(argv: list[str] | None = None) -> int:
                 if "sequential" in modes:
                     runs["sequential"] = _run("sequential", provider, engine, bundle_root,
                                               key_ids[:n_seq], work / "runs",
-                                              one_at_a_time=True)
+                                              one_at_a_time=True, window=False)
+                if "turn_index" in modes:
+                    runs["turn_index"] = _run("turn_index", provider, engine, bundle_root,
+                                              key_ids, work / "runs", one_at_a_time=False,
+                                              window=False)
                 if "batched" in modes:
                     runs["batched"] = _run("batched", provider, engine, bundle_root, key_ids,
                                            work / "runs", one_at_a_time=False)
             finally:
                 provider.close()
         async_load_s = None
-        if "async" in modes:
+        for label in ("async", "async_unbounded"):
+            if label not in modes:
+                continue
             provider = create_model("opensource", args.model, engine="async", **options)
             try:
-                runs["async"] = _run_async(provider, bundle_root, key_ids, work / "runs",
-                                           args.async_concurrency)
+                provider.start()  # as Stage 03 does: the engine (and its cache) before the run
+                async_load_s = provider.async_load_s
+                runtime = runtime or provider.runtime_info()
+                runs[label] = _run_async(label, provider, bundle_root, key_ids, work / "runs",
+                                         args.async_concurrency, window=label == "async")
             finally:
                 provider.close()
-            async_load_s = provider.async_load_s
-            if async_load_s is not None and runs["async"]["wall_s"]:
-                run_s = runs["async"]["wall_s"] - async_load_s
-                runs["async"]["wall_s_without_load"] = round(run_s, 3)
-                runs["async"]["requests_per_s"] = round(runs["async"]["requests"] / run_s, 2)
         raws = {label: _raw_by_turn(work / "runs" / label) for label in runs}
         agreement = {}
-        reference = "batched" if "batched" in raws else next(iter(raws), None)
+        reference = next((m for m in ("turn_index", "batched") if m in raws), None) or \
+            next(iter(raws), None)
         for label, raw in raws.items():
             if label == reference:
                 continue
@@ -399,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             "async_engine_load_s": async_load_s, "max_new_tokens": args.max_new_tokens,
             "enforce_eager": bool(args.enforce_eager), "dtype": dtype or "model default",
             **runs,
+            "kv_blocks": args.kv_blocks,
             "throughput_ratio_batched_over_sequential": ratio("batched", "sequential"),
+            "throughput_ratio_batched_over_turn_index": ratio("batched", "turn_index"),
             "throughput_ratio_async_over_batched": ratio("async", "batched"),
             "agreement": agreement,
         }
