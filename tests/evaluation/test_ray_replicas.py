@@ -223,6 +223,7 @@ def test_replicas_prepare_parse_and_score_in_their_actors(cluster, bench, tmp_pa
         patch.setattr(session_module, "score_completion", refuse)
         many = _run(bench, tmp_path / "many", ECHO, model="echo", replicas=2)
     assert many.turns_requested == TOTAL_TURNS
+    assert gc.get_freeze_count() == 0  # the driver froze its heap for the loop only
     one = _run(bench, tmp_path / "one", ECHO, model="echo")
     _same_results(one, many)
     assert (one.usage, one.cost_usd, one.statuses) == (many.usage, many.cost_usd, many.statuses)
@@ -261,6 +262,7 @@ def test_a_replica_asks_nothing_after_its_engine_raised(bench):
     worker.model = engine = ScriptedModel(fail_on_call=1)
     worker.set_answer_key(answer_key(cases))
     worker.load(cases, [[] for _ in cases], EvalSettings(provider="scripted", model="m"), 0)
+    assert gc.get_freeze_count() > 0  # its cases are left out of the collector's walks
     first = worker.step(0)
     assert first is not None and len(first.records) == 7 and not first.faults
     assert [r["turn"] for r in first.records] == ["detection_qa"] * 7

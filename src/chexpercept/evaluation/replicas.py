@@ -500,6 +500,7 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
     unsaved = [0]
     stop: list[ProviderError] = []  # the fault breaker's error, once it stopped the run
     drain = Drain()
+    frozen = False
     try:
         # every replica's cases cross once, before the turn loop (as its engine's start)
         loaded = model.pool.call("load", {r: _replica_load(session, own[r], r)
@@ -509,6 +510,7 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
             if isinstance(value, ActorLost):
                 plan[r] = []
         _freeze_heap()  # the bundle and the sessions' cases, for the loop (unfrozen below)
+        frozen = True
         ticks = iter(progress(range(NUM_TURNS), total=NUM_TURNS, desc="turns")
                      if progress is not None else range(NUM_TURNS))
         passed = [next(ticks, None)]  # the turn index the progress shows (all replicas reached)
@@ -561,7 +563,8 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
         if lost:
             raise lost[0]
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
         summary = session.close()
     return summary
 
