@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io as _io
+import io
 import json
 import os
 import shutil
@@ -44,10 +44,11 @@ from pathlib import Path
 
 import numpy as np
 
-from chexpercept import io
+from chexpercept.files import write_json_atomic
+from chexpercept.layouts import repo_root
 from chexpercept.lesions import LESIONS
 
-SCRIPT = io.repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
+SCRIPT = repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
 REFERENCE_WALL_S = 5.0
 REFERENCE_PEAK_MIB = 141.0
 SETTINGS = ("implicit", "none")
@@ -177,7 +178,7 @@ def generate(root: Path, n_models: int, seed: int = 0) -> tuple[Path, Path]:
     for key_id, lesion, path in cases:
         bench[key_id], truths[key_id] = _benchmark_item(rng, lesion, path)
     bench_dir = root / "chexpercept"
-    io.write_json_atomic(bench_dir / "chexpercept.json", bench)
+    write_json_atomic(bench_dir / "chexpercept.json", bench)
     results_dir = root / "results"
     for m in range(n_models):
         skill = 0.45 + 0.5 * m / max(n_models - 1, 1)
@@ -272,7 +273,7 @@ def _tracemalloc_peak(results_dir: Path, bench_dir: Path, out_dir: Path, n_boot:
 
     main = runpy.run_path(str(SCRIPT))["main"]
     tracemalloc.start()
-    with contextlib.redirect_stdout(_io.StringIO()):  # the summary table and output list
+    with contextlib.redirect_stdout(io.StringIO()):  # the summary table and output list
         main(["--results-dir", str(results_dir), "--oracle_setting", SETTINGS[0],
               "--output-dir", str(out_dir), "--benchmark-dir", str(bench_dir), "--bootstrap",
               str(n_boot), "--no-progress", "--log-level", "WARNING"])

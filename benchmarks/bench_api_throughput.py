@@ -45,13 +45,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.layouts import repo_root
 from utils.llm.openai_provider import OpenAIChatModel
 
-LOOPBACK = io.repo_root() / "tests" / "llm" / "loopback.py"
-EVAL = io.repo_root() / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"
+LOOPBACK = repo_root() / "tests" / "llm" / "loopback.py"
+EVAL = repo_root() / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"
 COLOURS = ["red", "orange", "yellow", "green"]
 ORDINALS = ["1st", "2nd", "3rd", "4th"]
 PATHS = ("revision_required", "revision_free", "lesion_free")

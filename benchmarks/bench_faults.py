@@ -40,10 +40,10 @@ from typing import Any
 
 from bench_api_throughput import LOOPBACK, _count_lines, write_bundle
 
-from chexpercept import io
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.layouts import all_results_path, faults_path, records_path
 from utils.llm.openai_provider import OpenAIChatModel
 
 
@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
                                     args.max_retries)
         finally:
             _stop(proc[0])
-        reference = io.all_results_path(root / "ref").read_bytes()
+        reference = all_results_path(root / "ref").read_bytes()
 
         proc = [_start_server(port, args.latency, args.fault_rate, seed=0)]
         run_dir = root / "run"
         done, log = threading.Event(), {}
         killer = threading.Thread(target=_outage, args=(
-            io.records_path(run_dir), int(total * args.outage_at), port, proc, args.outage,
+            records_path(run_dir), int(total * args.outage_at), port, proc, args.outage,
             args.latency, args.fault_rate, done, log), daemon=True)
         killer.start()
         try:
@@ -144,20 +144,20 @@ def main(argv: list[str] | None = None) -> int:
                                           args.max_retries)
             done.set()
             killer.join()
-            faults_1 = _count_lines(io.faults_path(run_dir))
-            records_1 = _count_lines(io.records_path(run_dir))
+            faults_1 = _count_lines(faults_path(run_dir))
+            records_1 = _count_lines(records_path(run_dir))
             wall_2, second, stopped_2 = _run(bundle_dir, run_dir, base_url, args.concurrency,
                                              args.max_retries)
         finally:
             done.set()
             _stop(proc[0])
 
-        records = [json.loads(x) for x in io.records_path(run_dir).read_text().splitlines()]
+        records = [json.loads(x) for x in records_path(run_dir).read_text().splitlines()]
         recorded = {(r["key_id"], r["turn"]) for r in records}
-        faulted = [json.loads(x) for x in io.faults_path(run_dir).read_text().splitlines()] \
-            if io.faults_path(run_dir).exists() else []
+        faulted = [json.loads(x) for x in faults_path(run_dir).read_text().splitlines()] \
+            if faults_path(run_dir).exists() else []
         fault_keys = {(f["key_id"], f["turn"]) for f in faulted}
-        identical = io.all_results_path(run_dir).read_bytes() == reference
+        identical = all_results_path(run_dir).read_bytes() == reference
 
     rate_ref = total / wall_ref
     print(f"cases {args.cases}, planned turns {total}, concurrency {args.concurrency}, latency "

@@ -40,9 +40,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.evaluation.api import evaluate
 from chexpercept.evaluation.replicas import RayReplicas
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import records_path
 from utils.llm.base import ChatModel, Completion, TurnRequest
 
 HERE = Path(__file__).resolve().parent
@@ -100,7 +101,7 @@ def _load_bundle_writer():
 def engine_bound_s(summary, options: dict[str, Any]) -> float:
     """The turn loop's floor: the slowest replica's summed engine time (from the records)."""
     counts: Counter = Counter()
-    for rec in io.read_jsonl(io.records_path(summary.run_dir)):
+    for rec in read_jsonl(records_path(summary.run_dir)):
         counts[(rec.get("replica", 0), rec["turn_index"])] += 1
     per_replica: Counter = Counter()
     for (replica, _), n in counts.items():

@@ -39,12 +39,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import records_path, repo_root
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 
-ROOT = io.repo_root()
+ROOT = repo_root()
 LESION_CYCLE = ("effusion", "opacity", "cardiomegaly")
 PATHS = ("revision_required", "revision_free", "lesion_free")
 
@@ -146,7 +147,7 @@ def _measure(mode: str, bench: Path, work: Path, total: int, args: argparse.Name
            str(run_dir), "--issued-log", str(log), "--concurrency", str(args.concurrency),
            "--latency-ms", str(args.latency_ms), "--batch-latency-ms",
            str(args.batch_latency_ms)]
-    records = io.records_path(run_dir)
+    records = records_path(run_dir)
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while proc.poll() is None and _lines(records) < total // 2:
@@ -169,7 +170,7 @@ def _measure(mode: str, bench: Path, work: Path, total: int, args: argparse.Name
     wall = time.perf_counter() - started
     all_ids = [i for line in log.read_text().splitlines() for i in json.loads(line)]
     issued = Counter(all_ids)
-    recs = io.read_jsonl(records)
+    recs = read_jsonl(records)
     unique_records = len({(r["key_id"], r["turn"]) for r in recs})
     return {"mode": mode, "turns": total, "recorded_at_kill": at_kill,
             "issued_before_kill": len(first_ids), "issued_total": len(all_ids),

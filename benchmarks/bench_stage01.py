@@ -25,10 +25,11 @@ from pathlib import Path
 
 import yaml
 
-from chexpercept import io
+from chexpercept.files import read_csv_rows, read_json, write_csv_atomic
+from chexpercept.layouts import CurationLayout, DeformationLayout, repo_root
 from chexpercept.synth import make_fixtures
 
-REPO = io.repo_root()
+REPO = repo_root()
 
 
 def _script(rel: str):
@@ -56,11 +57,11 @@ def bench_morphological(root: Path, workers: list[int]) -> None:
     common = ["--config", str(cfg), "--no-progress", "--log-level", "WARNING"]
     assert _script("00_source_data_curation/00_sample_mimic_ils_case.py")(common) == 0
     assert _script("00_source_data_curation/01_generate_rosalia_pred.py")(common) == 0
-    sheet = io.CurationLayout(root / "work" / "00_source_data_curation").positive_sheet()
-    rows = io.read_csv_rows(sheet)
+    sheet = CurationLayout(root / "work" / "00_source_data_curation").positive_sheet()
+    rows = read_csv_rows(sheet)
     for r in rows:
         r["optimal?"] = "y"
-    io.write_csv_atomic(sheet, rows, list(rows[0]))
+    write_csv_atomic(sheet, rows, list(rows[0]))
     assert _script("01_mask_deformation/00_generate_anatomy_mask.py")(common) == 0
     for n in workers:
         out = root / f"deform_w{n}"
@@ -70,7 +71,7 @@ def bench_morphological(root: Path, workers: list[int]) -> None:
              "--chexmask-dir", str(root / "work" / "01_mask_deformation" / "chexmasku_pred"),
              "--cxas-dir", str(root / "work" / "01_mask_deformation" / "cxas_pred")])
         dt = time.perf_counter() - t0
-        summary = io.read_json(io.DeformationLayout(out).summary_json)
+        summary = read_json(DeformationLayout(out).summary_json)
         print(f"morphological, {n} worker(s): {len(rows)} cases in {dt:.1f} s = "
               f"{len(rows) / dt * 60:.1f} cases/min (processed {summary['processed']}, "
               f"failed {summary['failed_count']})")

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 from chexpercept.bundle import validate_benchmark_dir
-from chexpercept.io import CurationLayout, DeformationLayout, QALayout, read_json, repo_root
-from chexpercept.qa import QAInputs, export_benchmark, generate_qa
 from chexpercept.config_schema import load_chexpercept_config
+from chexpercept.files import read_json
+from chexpercept.layouts import CurationLayout, DeformationLayout, QALayout, repo_root
+from chexpercept.qa import QAInputs, export_benchmark, generate_qa
 
 
 def main() -> int:

@@ -57,9 +57,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.files import read_jsonl, to_jsonable, write_json_atomic
+from chexpercept.layouts import records_path, repo_root
 from chexpercept.rng import rng_for
 from utils.llm.base import ChatModel, Completion, TurnRequest
 from utils.llm.registry import create_model
@@ -67,7 +68,7 @@ from utils.llm.vllm_provider import is_cpu_build
 
 logger = logging.getLogger("gpu_stage_batching")
 
-ROOT = io.repo_root()
+ROOT = repo_root()
 LESION_PATHS = (("effusion", "revision_required"), ("opacity", "revision_free"),
                 ("cardiomegaly", "lesion_free"), ("opacity", "revision_required"),
                 ("cardiomegaly", "revision_free"), ("effusion", "lesion_free"))
@@ -227,7 +228,7 @@ def token_stats(run_dir: Path) -> dict[str, Any]:
     """
     prompt = cached = 0
     longest: dict[str, int] = {}
-    for record in io.read_jsonl(io.records_path(run_dir)):
+    for record in read_jsonl(records_path(run_dir)):
         usage = record.get("usage") or {}
         tokens = int(usage.get("input_tokens", 0))
         prompt += tokens
@@ -316,7 +317,7 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
 
 
 def _raw_by_turn(run_dir: Path) -> dict[tuple[str, str], str]:
-    return {(r["key_id"], r["turn"]): r["raw"] for r in io.read_jsonl(io.records_path(run_dir))}
+    return {(r["key_id"], r["turn"]): r["raw"] for r in read_jsonl(records_path(run_dir))}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -477,10 +478,10 @@ def main(argv: list[str] | None = None) -> int:
             "throughput_ratio_async_over_batched": ratio("async", "batched"),
             "agreement": agreement,
         }
-    text = json.dumps(io.to_jsonable(result), indent=2)
+    text = json.dumps(to_jsonable(result), indent=2)
     print(text)
     if args.out:
-        io.write_json_atomic(Path(args.out), io.to_jsonable(result))
+        write_json_atomic(Path(args.out), to_jsonable(result))
         logger.info("wrote %s", args.out)
     return 0
 

@@ -44,12 +44,12 @@ from types import ModuleType
 import numpy as np
 from PIL import Image
 
-from chexpercept.files import write_json_atomic
-from chexpercept.layouts import repo_root
 from chexpercept.evaluation import load_bundle, validate_bundle
 from chexpercept.evaluation.budget import estimate_prompt_tokens
 from chexpercept.evaluation.dialogue import Dialogue, TurnOutcome, answer_text
 from chexpercept.evaluation.parsing import ParsedAnswer
+from chexpercept.files import write_json_atomic
+from chexpercept.layouts import repo_root
 from utils.llm.base import PromptLimits
 from utils.llm.tokens import rule_for_model
 

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from utils.errors import ChexperceptError
+from utils.errors import ChexperceptError, ConfigError
+from utils.ray_pool import DEFAULT_MAX_RESTARTS, RAY_EXTRA, RayWorkers, require_ray
 
 T = TypeVar("T")
 
@@ -293,3 +294,78 @@ def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
         print("interrupted: what was finished is kept; re-run the same command to resume",
               file=sys.stderr)
         return 130
+
+
+# -- Ray cluster flags (docs/ray.md) ---------------------------------------------------------
+def add_ray_worker_args(parser: Any, what: str) -> None:
+    """``--ray [ADDRESS]``, ``--ray-workers``, ``--gpus-per-worker``, ``--ray-max-restarts``.
+
+    Args:
+        parser: An ``argparse.ArgumentParser``.
+        what: What one worker does, for the help (e.g. ``"loads SAM once"``).
+    """
+    group = parser.add_argument_group(f"Ray cluster (pip install -e \".[{RAY_EXTRA}]\")")
+    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help=f"Run the items on --ray-workers Ray actors (each {what}); the "
+                            f"outputs and the resume of a one-process run. ADDRESS: host:port, "
+                            f"ray://host:port, 'auto' or 'local'; without it Ray's rule "
+                            f"(RAY_ADDRESS, else the cluster 'ray start' began here, else a new "
+                            f"local one) (default: off).")
+    group.add_argument("--ray-workers", dest="ray_workers", type=positive_int, default=None,
+                       help="Number of Ray actors with --ray (default: 1).")
+    group.add_argument("--gpus-per-worker", dest="gpus_per_worker", type=float, default=None,
+                       help="GPUs each actor reserves (default: 1 for a model on CUDA, else 0).")
+    group.add_argument("--cpus-per-worker", dest="cpus_per_worker", type=float, default=1.0,
+                       help="CPUs each actor reserves (default: %(default)s).")
+    group.add_argument("--ray-max-restarts", dest="ray_max_restarts", type=non_negative_int,
+                       default=DEFAULT_MAX_RESTARTS,
+                       help="Restarts of an actor whose process or node died before the run "
+                            "stops naming it (default: %(default)s).")
+
+
+def ray_workers_from_args(args: Any) -> RayWorkers | None:
+    """The :class:`RayWorkers` of parsed :func:`add_ray_worker_args` flags (None without --ray).
+
+    Raises:
+        ConfigError: For ``--ray-workers`` without ``--ray``.
+        MissingDependencyError: With ``--ray`` when Ray is not installed (the install line).
+    """
+    if args.ray is None:
+        if args.ray_workers is not None or args.gpus_per_worker is not None:
+            raise ConfigError("--ray-workers / --gpus-per-worker need --ray (a Ray cluster); "
+                              "without Ray split the run with --part i --total-parts n (or "
+                              "--num-workers where the stage has it)")
+        return None
+    require_ray("--ray")
+    return RayWorkers(address=args.ray or None, workers=args.ray_workers or 1,
+                      gpus_per_worker=args.gpus_per_worker,
+                      cpus_per_worker=args.cpus_per_worker, max_restarts=args.ray_max_restarts)
+
+
+def add_ray_replica_args(parser: argparse.ArgumentParser) -> None:
+    """Stage 03's Ray flags: ``--ray``, ``--replicas``, the restarts and resources (docs/ray.md)."""
+    group = parser.add_argument_group(
+        f"Ray cluster (pip install -e \".[{RAY_EXTRA}]\"; providers that run a model here, the "
+        f"baselines and plugins; not an API provider, which already runs --concurrency "
+        f"requests from one process)")
+    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="Run --replicas replicas of the provider as Ray actors, each "
+                            "holding one engine; the run folder is a one-engine run's. "
+                            "ADDRESS: a head's host:port or ray://host:port, 'auto' (a running "
+                            "cluster), 'local' (a new one-machine cluster); without it Ray's "
+                            "rule: RAY_ADDRESS, else the cluster 'ray start' began here, else a "
+                            "new local one (default: off).")
+    group.add_argument("--replicas", type=positive_int, default=None,
+                       help="Number of replicas with --ray (default: 1).")
+    group.add_argument("--ray-max-restarts", dest="ray_max_restarts", type=non_negative_int,
+                       default=DEFAULT_MAX_RESTARTS,
+                       help="Restarts of a replica whose process or node died before the run "
+                            "stops naming it; its turn batch is sent again (default: "
+                            "%(default)s).")
+    group.add_argument("--gpus-per-replica", dest="gpus_per_replica", type=float,
+                       default=None,
+                       help="GPUs each replica reserves (default: opensource: "
+                            "--tensor-parallel-size, else the model's gpu_num, else 1; "
+                            "transformers: 1 when the cluster has GPUs, else 0; others: 0).")
+    group.add_argument("--cpus-per-replica", dest="cpus_per_replica", type=float,
+                       default=1.0, help="CPUs each replica reserves (default: %(default)s).")

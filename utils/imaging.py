@@ -3,7 +3,7 @@
 Every path that shows an image to a model, draws on it or checks it decodes through
 :func:`load_image`, so a file gives the same 8-bit pixels everywhere: the CXR Stage 00 prepares
 is the CXR a model sees (docs/images.md, "Image loading"). Nothing here is about chest X-rays;
-``chexpercept.io`` and the providers in ``utils.llm`` build on it.
+``chexpercept.images`` and the providers in ``utils.llm`` build on it.
 
 The rules, applied in this order:
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from utils.cli import non_negative_int, positive_int
 from utils.deps import require
 from utils.errors import ConfigError, ProviderError
 
@@ -618,48 +617,3 @@ def map_on_ray(factory: Callable[..., Any], args: Sequence[Any], method: str,
         yield from pool.map_ordered(method, items)
     finally:
         pool.close()
-
-
-def add_ray_worker_args(parser: Any, what: str) -> None:
-    """``--ray [ADDRESS]``, ``--ray-workers``, ``--gpus-per-worker``, ``--ray-max-restarts``.
-
-    Args:
-        parser: An ``argparse.ArgumentParser``.
-        what: What one worker does, for the help (e.g. ``"loads SAM once"``).
-    """
-    group = parser.add_argument_group(f"Ray cluster (pip install -e \".[{RAY_EXTRA}]\")")
-    group.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                       help=f"Run the items on --ray-workers Ray actors (each {what}); the "
-                            f"outputs and the resume of a one-process run. ADDRESS: host:port, "
-                            f"ray://host:port, 'auto' or 'local'; without it Ray's rule "
-                            f"(RAY_ADDRESS, else the cluster 'ray start' began here, else a new "
-                            f"local one) (default: off).")
-    group.add_argument("--ray-workers", dest="ray_workers", type=positive_int, default=None,
-                       help="Number of Ray actors with --ray (default: 1).")
-    group.add_argument("--gpus-per-worker", dest="gpus_per_worker", type=float, default=None,
-                       help="GPUs each actor reserves (default: 1 for a model on CUDA, else 0).")
-    group.add_argument("--cpus-per-worker", dest="cpus_per_worker", type=float, default=1.0,
-                       help="CPUs each actor reserves (default: %(default)s).")
-    group.add_argument("--ray-max-restarts", dest="ray_max_restarts", type=non_negative_int,
-                       default=DEFAULT_MAX_RESTARTS,
-                       help="Restarts of an actor whose process or node died before the run "
-                            "stops naming it (default: %(default)s).")
-
-
-def ray_workers_from_args(args: Any) -> RayWorkers | None:
-    """The :class:`RayWorkers` of parsed :func:`add_ray_worker_args` flags (None without --ray).
-
-    Raises:
-        ConfigError: For ``--ray-workers`` without ``--ray``.
-        MissingDependencyError: With ``--ray`` when Ray is not installed (the install line).
-    """
-    if args.ray is None:
-        if args.ray_workers is not None or args.gpus_per_worker is not None:
-            raise ConfigError("--ray-workers / --gpus-per-worker need --ray (a Ray cluster); "
-                              "without Ray split the run with --part i --total-parts n (or "
-                              "--num-workers where the stage has it)")
-        return None
-    require_ray("--ray")
-    return RayWorkers(address=args.ray or None, workers=args.ray_workers or 1,
-                      gpus_per_worker=args.gpus_per_worker,
-                      cpus_per_worker=args.cpus_per_worker, max_restarts=args.ray_max_restarts)

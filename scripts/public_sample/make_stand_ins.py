@@ -20,11 +20,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation.public import plan_public_sample, source_images
 from chexpercept.curation.sampling import Selection
 from chexpercept.curation.sources import Box, get_adapter
 from chexpercept.errors import ConfigError
-from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.synth.stand_ins import write_stand_ins
 from utils.cli import add_common_args, add_config_arg, run_main, setup_logging
 

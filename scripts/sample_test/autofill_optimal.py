@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import read_csv_rows, write_csv_atomic
+from chexpercept.files import read_csv_rows, write_csv_atomic
 from chexpercept.schema import OPTIMAL_COLUMN, parse_optimal
 from utils.cli import add_common_args, run_main, setup_logging
 

@@ -26,7 +26,9 @@ from typing import Any
 from PIL import Image
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import WORK_SIZE, BenchmarkLayout, read_json
+from chexpercept.files import read_json
+from chexpercept.images import WORK_SIZE
+from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import (
     LESIONS,
     PATH_STAGES,
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 #: Marker our export writes into ``sampling_summary.json``; a bundle carrying it (or any
 #: ``option_<i>.png`` name) is held to the strict name rule.
 BUNDLE_FORMAT = "chexpercept-option-index-names/1"
-#: Our leak-free revision option name (``chexpercept.io.option_image_name``).
+#: Our leak-free revision option name (``chexpercept.layouts.option_image_name``).
 OWN_OPTION_NAME = re.compile(r"^option_\d+\.png$")
 #: File-name words that reveal an answer (the release's ``option_<i>_mask_answer.png``).
 LEAK_WORDS = frozenset({"answer", "answers", "fake", "true", "false", "correct", "incorrect",

@@ -289,7 +289,7 @@ def load_chexpercept_config(path: str | Path) -> ChexperceptConfig:
     Raises:
         ConfigError: Naming the file and every bad key.
     """
-    from chexpercept.io import repo_root
+    from chexpercept.layouts import repo_root
     from utils.config import load_config
 
     return load_config(path, ChexperceptConfig, variables={"ROOT": str(repo_root())})

@@ -2,7 +2,8 @@
 
 See docs/evaluation_protocol.md, "Run folder".
 
-A run folder (``io.eval_run_dir``, or ``io.eval_part_dir`` for one part of a sharded run) holds:
+A run folder (``layouts.eval_run_dir``, or ``layouts.eval_part_dir`` for one part of a sharded
+run) holds:
 
 - ``run_manifest.json``: what the run is (the identity fields, compared on resume) and where it
   ran (git state, packages; not compared);
@@ -30,8 +31,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from chexpercept import io, schema
+from chexpercept import schema
 from chexpercept.errors import ConfigError, SchemaError
+from chexpercept.files import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    to_jsonable,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+from chexpercept.layouts import all_results_path, faults_path, records_path, run_manifest_path
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +107,7 @@ class RecordWriter:
         """Write one record line and flush it to the OS."""
         # json handles the record's dicts/lists/tuples natively; to_jsonable only for the rest
         # (Paths, numpy scalars): walking every record with it cost ~0.4 ms per turn.
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=io.to_jsonable) + "\n")
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=to_jsonable) + "\n")
         self._fh.flush()
         self.written += 1
         self._pending += 1
@@ -134,10 +145,10 @@ class RunStore:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.manifest_path = io.run_manifest_path(self.run_dir)
-        self.records_path = io.records_path(self.run_dir)
-        self.faults_path = io.faults_path(self.run_dir)
-        self.results_path = io.all_results_path(self.run_dir)
+        self.manifest_path = run_manifest_path(self.run_dir)
+        self.records_path = records_path(self.run_dir)
+        self.faults_path = faults_path(self.run_dir)
+        self.results_path = all_results_path(self.run_dir)
 
     # -- manifest ---------------------------------------------------------------------------
     def read_manifest(self) -> dict[str, Any] | None:
@@ -146,7 +157,7 @@ class RunStore:
         Raises:
             SchemaError: If the file is not valid JSON.
         """
-        return io.read_json(self.manifest_path) if self.manifest_path.is_file() else None
+        return read_json(self.manifest_path) if self.manifest_path.is_file() else None
 
     def open(self, manifest: Mapping[str, Any], *, overwrite: bool = False) -> bool:
         """Create the run (write ``manifest``) or check that it is the run already there.
@@ -183,7 +194,7 @@ class RunStore:
             raise ConfigError(f"{self.run_dir}: holds {', '.join(leftovers)} but no "
                               f"run_manifest.json (an older or foreign run); use --overwrite to "
                               f"start afresh, or another --output-path.")
-        io.write_json_atomic(self.manifest_path, io.to_jsonable(dict(manifest)))
+        write_json_atomic(self.manifest_path, to_jsonable(dict(manifest)))
         return False
 
     # -- records and faults -----------------------------------------------------------------
@@ -197,7 +208,7 @@ class RunStore:
             cut = data.rfind(b"\n") + 1
             logger.warning("%s: dropping an incomplete last line (%d bytes)", path,
                            len(data) - cut)
-            io.write_bytes_atomic(path, data[:cut])
+            write_bytes_atomic(path, data[:cut])
 
     def load_records(self) -> Records:
         """Repair a torn last line, then index the records (:meth:`read_records`).
@@ -220,7 +231,7 @@ class RunStore:
             SchemaError: On a line that is not JSON or a record without ``key_id``/``turn``.
         """
         by_case: Records = {}
-        for rec in io.read_jsonl(self.records_path):
+        for rec in read_jsonl(self.records_path):
             try:
                 key_id, turn = rec["key_id"], rec["turn"]
             except (KeyError, TypeError):
@@ -249,7 +260,7 @@ class RunStore:
         A torn last line (a killed writer) is dropped first, so the entry starts a line.
         """
         self._repair(self.faults_path)
-        io.append_jsonl(self.faults_path, fault)
+        append_jsonl(self.faults_path, fault)
 
     def _faults(self) -> list[dict[str, Any]]:
         """The entries of ``faults.jsonl``; a line that is no JSON object is skipped (warned).
@@ -292,10 +303,10 @@ class RunStore:
         Args:
             members: ``"<key_id>": <indent-2 value shifted one level>`` texts in file order
                 (``session.encode_member``); the file is then byte-identical to
-                ``io.write_json_atomic`` of the same object.
+                ``files.write_json_atomic`` of the same object.
         """
         members = list(members)
-        io.write_text_atomic(self.results_path, "{\n  " + ",\n  ".join(members) + "\n}\n"
+        write_text_atomic(self.results_path, "{\n  " + ",\n  ".join(members) + "\n}\n"
                              if members else "{}\n")
 
     def read_results(self, *, validate: bool = True, missing_ok: bool = True) -> Any:
@@ -315,7 +326,7 @@ class RunStore:
         """
         if missing_ok and not self.results_path.is_file():
             return {}
-        data = io.read_json(self.results_path)
+        data = read_json(self.results_path)
         if validate:
             schema.parse_all_results(data, self.results_path)
         return data
@@ -326,6 +337,6 @@ class RunStore:
         Returns:
             The ``all_results.json`` path.
         """
-        io.write_json_atomic(self.results_path, io.to_jsonable(dict(results)))
-        io.write_json_atomic(self.manifest_path, io.to_jsonable(dict(manifest)))
+        write_json_atomic(self.results_path, to_jsonable(dict(results)))
+        write_json_atomic(self.manifest_path, to_jsonable(dict(manifest)))
         return self.results_path

@@ -393,7 +393,7 @@ def load_benchmark(path: str | Path) -> dict[str, BenchmarkItem]:
         InputError: If the file is missing.
         SchemaError: On bad JSON or schema.
     """
-    from chexpercept.io import read_json
+    from chexpercept.files import read_json
 
     return parse_benchmark(read_json(path), path)
 

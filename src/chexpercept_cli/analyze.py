@@ -38,11 +38,11 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept import io
 from chexpercept.analysis import ORACLE_SETTINGS
 from chexpercept.analysis.api import analyze
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.evaluation import SYSTEM_PROMPT
+from chexpercept.layouts import STAGE_DIRS, all_models_dir, repo_root, stage_output_dir
 from utils.cli import (
     add_common_args,
     add_config_arg,
@@ -55,8 +55,8 @@ from utils.cli import (
 
 logger = logging.getLogger("04_analyze_eval_result")
 
-DEFAULT_OUTPUT_DIR = io.repo_root() / io.STAGE_DIRS["04"]
-DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
+DEFAULT_OUTPUT_DIR = repo_root() / STAGE_DIRS["04"]
+DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
 DEFAULT_BOOTSTRAP = 1000
 
 
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--results-dir", "--results_dir", dest="results_dir", default=None,
         help=f"Stage 03 output folder holding <provider>_<model>/oracle_<setting>/ runs "
              f"(default: eval_vlm_on_chexpercept.output_path or path.work_dir of --config if "
-             f"given, else {io.stage_output_dir('03')}).")
+             f"given, else {stage_output_dir('03')}).")
     parser.add_argument(
         "--oracle_setting", "--oracle-setting", dest="oracle_setting", default="implicit",
         choices=ORACLE_SETTINGS,
@@ -128,8 +128,8 @@ def _results_dir(args: argparse.Namespace) -> Path:
         cfg = load_chexpercept_config(args.config)
         if cfg.eval_vlm_on_chexpercept.output_path:
             return Path(cfg.eval_vlm_on_chexpercept.output_path)
-        return io.stage_output_dir("03", cfg.path.work_dir)
-    return io.stage_output_dir("03")
+        return stage_output_dir("03", cfg.path.work_dir)
+    return stage_output_dir("03")
 
 
 def _seed(args: argparse.Namespace) -> int:
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--all_models cannot be combined with --provider/--model "
                      "(drop it to analyse only the matching runs)")
     setting = args.oracle_setting
-    setup_logging(args.log_level, None if selected else io.all_models_dir(args.output_dir,
+    setup_logging(args.log_level, None if selected else all_models_dir(args.output_dir,
                                                                           setting),
                   name="01_analyze_model_performance", progress=not args.no_progress)
     result = analyze(_results_dir(args), setting, output_dir=args.output_dir,

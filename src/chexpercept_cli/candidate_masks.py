@@ -54,12 +54,13 @@ from utils.cli import (
     add_common_args,
     add_config_arg,
     add_output_dir_arg,
+    add_ray_worker_args,
     failures_exit_code,
     log_dir_hook,
     progress_hook,
+    ray_workers_from_args,
     run_main,
 )
-from utils.ray_pool import add_ray_worker_args, ray_workers_from_args
 
 logger = logging.getLogger("01_generate_rosalia_pred")
 

@@ -19,14 +19,14 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from chexpercept import io
 from chexpercept.evaluation import load_bundle, select_key_ids
 from chexpercept.evaluation.sharding import merge_parts, write_merged
+from chexpercept.layouts import repo_root
 from utils.cli import add_common_args, positive_int, run_main, setup_logging
 
 logger = logging.getLogger("03_merge_parts")
 
-DEFAULT_BENCHMARK_DIR = io.repo_root() / "data" / "chexpercept"
+DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
 
 
 def build_parser() -> argparse.ArgumentParser:

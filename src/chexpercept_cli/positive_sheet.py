@@ -17,13 +17,13 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from chexpercept import io
 from chexpercept.curation import merge_candidate_parts
+from chexpercept.layouts import CurationLayout, stage_output_dir
 from utils.cli import add_aliased_arg, add_common_args, add_config_arg, run_main, start_logging
 
 logger = logging.getLogger("02_prepare_positive_annotation")
 
-DEFAULT_BASE_OUT = io.CurationLayout(io.stage_output_dir("00")).candidate_root
+DEFAULT_BASE_OUT = CurationLayout(stage_output_dir("00")).candidate_root
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,8 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from chexpercept.analysis import case_table, cell_stats, discover_runs, load_chance_or_none, question_chance, read_case_table, strata_weights
-from chexpercept.lesions import expected_stages
+from chexpercept.analysis import (
+    case_table,
+    cell_stats,
+    discover_runs,
+    load_chance_or_none,
+    question_chance,
+    read_case_table,
+    strata_weights,
+)
 from chexpercept.analysis.bootstrap import (
     GROUPS,
     MIN_BOOTSTRAP_CASES,
@@ -23,7 +30,7 @@ from chexpercept.analysis.bootstrap import (
 )
 from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, STAGE_FIELDS
 from chexpercept.errors import SchemaError
-from chexpercept.lesions import LESIONS, QA_PATHS
+from chexpercept.lesions import LESIONS, QA_PATHS, expected_stages
 from chexpercept.schema import STATUSES, BenchmarkItem
 
 REVS = ("expansion", "contraction", "revision_result")

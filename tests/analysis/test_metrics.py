@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from chexpercept.analysis import case_table, run_metrics
-from chexpercept.lesions import expected_stages
 from chexpercept.analysis.case_table import METRIC_INDEX, SUB_KEYS
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.lesions import expected_stages
 from chexpercept.schema import (
     ATTRIBUTE_DETAIL_COLUMNS,
     REVISION_DETAIL_COLUMNS,

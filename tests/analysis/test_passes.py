@@ -73,7 +73,7 @@ def test_each_file_is_parsed_once(builders, tmp_path, monkeypatch):
         parsed.append(Path(path).name)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr("chexpercept.run_store.io.read_json", counting)
+    monkeypatch.setattr("chexpercept.run_store.read_json", counting)
     analyze(results, "implicit", output_dir=tmp_path / "out", benchmark_dir=None,
             bootstrap=0, jobs=1)
     assert parsed.count("all_results.json") == 3

@@ -20,7 +20,7 @@ from chexpercept.anatomy.masks import axial_regions, costophrenic_angles, periph
 from chexpercept.anatomy.overlap import ensure_best_overlap
 from chexpercept.anatomy.provided import check_zone_source
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import read_mask
+from chexpercept.images import read_mask
 
 N = 1024
 
@@ -221,24 +221,26 @@ def test_load_case_anatomy_needs_cxas_zone_dir_only_for_cxas(tmp_path):
 
 def test_provided_anatomy_follows_the_stage00_transform(tmp_path):
     """Provided masks covering the original CXR are letterboxed like the prepared image."""
-    from chexpercept import io as cio
+    from chexpercept import files as cxfiles
+    from chexpercept import frame as cxframe
+    from chexpercept import images as cximages
     from chexpercept.anatomy.provided import prepare_provided_anatomy
 
     cxr = tmp_path / "cxr"
     cxr.mkdir()
-    t = cio.frame_transform(300, 400, "letterbox")
-    cio.write_json_atomic(cio.transform_sidecar(cxr, "d1"), t.to_json())
+    t = cxframe.frame_transform(300, 400, "letterbox")
+    cxfiles.write_json_atomic(cxframe.transform_sidecar(cxr, "d1"), t.to_json())
     src_chex, src_cxas = tmp_path / "chex", tmp_path / "cxas"
     full = np.ones((1024, 1024), bool)  # the whole (stretched) original image
     for folder, names in ((src_chex, ("right_lung", "left_lung")),
                           (src_cxas, ("right lung", "left lung"))):
         for n in names:
-            cio.write_mask(folder / "d1" / f"{n}.png", full)
+            cximages.write_mask(folder / "d1" / f"{n}.png", full)
     for frame, expect_pad in (("original", True), ("work", False)):
         out = tmp_path / frame
         prepare_provided_anatomy(["d1"], chexmask_src=src_chex, cxas_src=src_cxas,
                                  chexmask_out=out / "c", cxas_out=out / "x",
                                  zone_source="chex_vertical_thirds", cxr_dir=cxr, frame=frame)
-        m = cio.read_mask(out / "c" / "d1" / "left_lung.png")
+        m = cximages.read_mask(out / "c" / "d1" / "left_lung.png")
         assert (not m[:, :t.pad_x].any()) == expect_pad
         assert m[:, t.pad_x:t.pad_x + t.resized_width].all()

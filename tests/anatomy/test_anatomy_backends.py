@@ -22,9 +22,10 @@ from chexpercept.anatomy.backends import (
     resolve_backends,
     run_anatomy_segmenter,
 )
-from chexpercept.errors import ConfigError, MissingDependencyError
-from chexpercept.io import anatomy_mask_path, read_mask
 from chexpercept.config_schema import AnatomyConfig
+from chexpercept.errors import ConfigError, MissingDependencyError
+from chexpercept.images import read_mask
+from chexpercept.layouts import anatomy_mask_path
 
 N = 1024
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept.errors import ConfigError
 from chexpercept.config_schema import ChexperceptConfig, load_chexpercept_config
+from chexpercept.errors import ConfigError
 from utils.config import expand_vars, load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chexpercept import io
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.files import (
+    append_jsonl,
+    atomic_path,
+    read_json,
+    read_jsonl,
+    write_csv_atomic,
+    write_json_atomic,
+)
+from chexpercept.images import png_bytes, read_cxr, read_mask, write_mask
+from chexpercept.layouts import eval_run_dir
 from chexpercept.lesions import (
     LESIONS,
     has_attribute_stage,
@@ -14,6 +23,7 @@ from chexpercept.lesions import (
     pair_id_from_key_id,
     validate_lesion,
 )
+from chexpercept.provenance import redact_secrets
 from chexpercept.rng import rng_for
 from chexpercept.schema import accepted_key_ids, parse_optimal
 
@@ -59,8 +69,8 @@ def test_accepted_key_ids_collects_every_bad_row():
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     target = tmp_path / "out.json"
-    io.write_json_atomic(target, {"a": 1})
-    with pytest.raises(RuntimeError), io.atomic_path(target) as tmp:
+    write_json_atomic(target, {"a": 1})
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
         tmp.write_text("half")
         raise RuntimeError("crash")
     assert json.loads(target.read_text()) == {"a": 1}
@@ -69,13 +79,13 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
 
 def test_jsonl_ignores_truncated_last_line_only(tmp_path):
     p = tmp_path / "r.jsonl"
-    io.append_jsonl(p, {"a": np.int64(1)})
+    append_jsonl(p, {"a": np.int64(1)})
     with open(p, "a") as fh:
         fh.write('{"a": 2')
-    assert io.read_jsonl(p) == [{"a": 1}]
+    assert read_jsonl(p) == [{"a": 1}]
     p.write_text('{"a": 1\n{"a": 2}\n')
     with pytest.raises(SchemaError, match="line 1"):
-        io.read_jsonl(p)
+        read_jsonl(p)
 
 
 def test_read_mask_uses_channel0_and_resizes_only_when_asked(tmp_path):
@@ -83,30 +93,30 @@ def test_read_mask_uses_channel0_and_resizes_only_when_asked(tmp_path):
     rgb[100:200, 100:200, 0] = 255
     rgb[300:400, 300:400, 1] = 255  # other channel: ignored
     Image.fromarray(rgb).save(tmp_path / "m.png")
-    m = io.read_mask(tmp_path / "m.png", resize=True)
+    m = read_mask(tmp_path / "m.png", resize=True)
     assert m.shape == (1024, 1024) and m.dtype == bool
     assert m[300, 300] and not m[700, 700]
     with pytest.raises(InputError, match="is 512x512 pixels, expected 1024x1024"):
-        io.read_mask(tmp_path / "m.png")  # a mask that does not fit is never resized silently
+        read_mask(tmp_path / "m.png")  # a mask that does not fit is never resized silently
 
 
 def test_read_cxr_handles_16bit_and_rgb(tmp_path):
     arr16 = (np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 4)
     Image.fromarray(arr16).save(tmp_path / "a.png")
-    a = io.read_cxr(tmp_path / "a.png")
+    a = read_cxr(tmp_path / "a.png")
     assert a.dtype == np.uint8 and a.shape == (1024, 1024) and a.max() == 255
     Image.fromarray(np.full((10, 20, 3), 128, np.uint8)).save(tmp_path / "b.png")
-    assert io.read_cxr(tmp_path / "b.png", size=None).shape == (10, 20)
+    assert read_cxr(tmp_path / "b.png", size=None).shape == (10, 20)
     with pytest.raises(InputError, match="image not found"):
-        io.read_cxr(tmp_path / "missing.png")
+        read_cxr(tmp_path / "missing.png")
 
 
 def test_write_mask_roundtrip_and_png_determinism(tmp_path):
     m = np.zeros((1024, 1024), bool)
     m[10:20, 30:40] = True
-    io.write_mask(tmp_path / "m.png", m)
-    assert (io.read_mask(tmp_path / "m.png") == m).all()
-    assert io.png_bytes(m.astype(np.uint8) * 255) == (tmp_path / "m.png").read_bytes()
+    write_mask(tmp_path / "m.png", m)
+    assert (read_mask(tmp_path / "m.png") == m).all()
+    assert png_bytes(m.astype(np.uint8) * 255) == (tmp_path / "m.png").read_bytes()
 
 
 def test_rng_for_is_stable_and_label_dependent():
@@ -117,14 +127,14 @@ def test_rng_for_is_stable_and_label_dependent():
 
 
 def test_eval_run_dir_layout(tmp_path):
-    d = io.eval_run_dir(tmp_path, "opensource", "Qwen/Qwen3.6-27B", "none", no_thinking=True)
+    d = eval_run_dir(tmp_path, "opensource", "Qwen/Qwen3.6-27B", "none", no_thinking=True)
     assert d == tmp_path / "opensource_Qwen--Qwen3.6-27B_no_thinking" / "oracle_none"
 
 
 def test_csv_writer_rejects_unknown_columns(tmp_path):
     with pytest.raises(SchemaError, match="not in the columns"):
-        io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1, "b": 2}], ["a"])
-    io.write_csv_atomic(tmp_path / "x.csv", [{"a": 1}], ["a", "optimal?"])
+        write_csv_atomic(tmp_path / "x.csv", [{"a": 1, "b": 2}], ["a"])
+    write_csv_atomic(tmp_path / "x.csv", [{"a": 1}], ["a", "optimal?"])
     assert (tmp_path / "x.csv").read_text() == "a,optimal?\n1,\n"
 
 
@@ -134,7 +144,7 @@ def test_secret_names_are_redacted_but_token_counts_are_not():
                            "reasoning_effort": "medium"},
                 "output_tokens_per_call": 300, "key_id": "effusion_s1_positive_0",
                 "api_keys": "api_info/api_keys.yaml", "empty_key": ""}
-    out = io.redact_secrets(settings)
+    out = redact_secrets(settings)
     assert out["api_key"] == out["hf_token"] == out["nested"][0]["clientSecret"] == "<redacted>"
     # a manifest must keep the sampling settings it records (max_completion_tokens was hidden)
     assert out["params"] == settings["params"]
@@ -152,13 +162,13 @@ def test_read_json_pauses_the_collector_and_restores_its_state(tmp_path, monkeyp
     real_loads = json.loads
     monkeypatch.setattr(json, "loads", lambda text: (seen.append(gc.isenabled()),
                                                      real_loads(text))[1])
-    assert io.read_json(good) == {"a": [1, 2]} and seen == [False] and gc.isenabled()
+    assert read_json(good) == {"a": [1, 2]} and seen == [False] and gc.isenabled()
     with pytest.raises(SchemaError, match="bad.json"):
-        io.read_json(bad)
+        read_json(bad)
     assert gc.isenabled()
     gc.disable()
     try:
-        io.read_json(good)
+        read_json(good)
         assert not gc.isenabled()  # a caller's disabled collector stays disabled
     finally:
         gc.enable()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from chexpercept import io as cio
+from chexpercept import images as cximages
 from chexpercept.curation.images import read_gray
 from chexpercept.errors import InputError
 from chexpercept.evaluation.budget import _image_size
@@ -60,7 +60,7 @@ def test_16bit_gradient_reaches_every_path_with_the_stage00_pixels(tmp_path):
         assert np.array_equal(np.asarray(rgb)[..., channel], stage00)
     pixels, mode, mime = _sent(path)  # what an API / vLLM model gets
     assert (mode, mime) == ("L", "image/png") and np.array_equal(pixels, stage00)
-    assert np.array_equal(cio.read_cxr(path, size=None), stage00)
+    assert np.array_equal(cximages.read_cxr(path, size=None), stage00)
     assert len(np.unique(pixels)) > 200  # a gradient, not all white
 
 
@@ -72,7 +72,7 @@ def test_12bit_data_in_16_bits_is_stretched_by_its_range(tmp_path):
     assert np.array_equal(np.asarray(load_image(path)), want)
     assert np.array_equal(np.asarray(_images.load_rgb(path))[..., 0], want)
     assert np.array_equal(_sent(path)[0], want)
-    assert np.array_equal(cio.read_cxr(path, size=None), want)
+    assert np.array_equal(cximages.read_cxr(path, size=None), want)
 
 
 def test_constant_16bit_image_is_black_without_dividing_by_zero(tmp_path):
@@ -82,7 +82,7 @@ def test_constant_16bit_image_is_black_without_dividing_by_zero(tmp_path):
         assert not np.asarray(load_image(path)).any()
         assert not np.asarray(_images.load_rgb(path)).any()
         assert not _sent(path)[0].any()
-        assert not cio.read_cxr(path, size=None).any()
+        assert not cximages.read_cxr(path, size=None).any()
 
 
 def test_float_image_rescaled_and_non_finite_values_are_black(tmp_path):
@@ -107,7 +107,7 @@ def test_palette_images_become_rgb_or_l_when_gray(tmp_path):
     pixels, mode, mime = _sent(tmp_path / "gray.png")
     assert (mode, mime) == ("L", "image/png") and np.array_equal(pixels, 255 - idx)
     assert np.array_equal(np.asarray(_images.load_rgb(tmp_path / "gray.png"))[..., 1], 255 - idx)
-    assert np.array_equal(cio.read_cxr(tmp_path / "gray.png", size=None), 255 - idx)
+    assert np.array_equal(cximages.read_cxr(tmp_path / "gray.png", size=None), 255 - idx)
 
     colour = Image.fromarray(idx, mode="P")
     colour.putpalette([c for v in range(256) for c in (v, 2 * v % 256, 100)])
@@ -133,7 +133,7 @@ def test_alpha_is_flattened_onto_black(tmp_path, mode):
     rgb = np.asarray(_images.load_rgb(tmp_path / "a.png"))
     assert np.array_equal(rgb if mode == "RGBA" else rgb[..., 0], want)
     luma = np.asarray(Image.fromarray(want).convert("L"))
-    assert np.array_equal(cio.read_cxr(tmp_path / "a.png", size=None), luma)
+    assert np.array_equal(cximages.read_cxr(tmp_path / "a.png", size=None), luma)
 
 
 def test_cmyk_jpeg_is_sent_as_rgb_png(tmp_path):
@@ -168,7 +168,7 @@ def test_exif_rotated_jpeg_is_upright_on_every_path(tmp_path):
     pixels, mode, mime = _sent(path)
     assert (mode, mime) == ("RGB", "image/png") and np.array_equal(pixels, upright)
     gray = np.asarray(Image.fromarray(upright).convert("L"))
-    assert np.array_equal(cio.read_cxr(path, size=None), gray)
+    assert np.array_equal(cximages.read_cxr(path, size=None), gray)
     assert _sent(path, 20)[0].shape == (20, 10, 3)  # bounds apply to the upright size
 
 
@@ -179,8 +179,8 @@ def test_a_tagged_mask_stays_aligned_with_its_tagged_cxr(tmp_path):
     img[:5, 30:] = 255
     Image.fromarray(img).save(tmp_path / "cxr.png", exif=exif)
     Image.fromarray(img).save(tmp_path / "mask.png", exif=exif)
-    cxr = cio.read_cxr(tmp_path / "cxr.png", size=None)
-    mask = cio.read_mask(tmp_path / "mask.png", size=None)
+    cxr = cximages.read_cxr(tmp_path / "cxr.png", size=None)
+    mask = cximages.read_mask(tmp_path / "mask.png", size=None)
     assert cxr.shape == mask.shape == (40, 20)
     assert np.array_equal(cxr > 0, mask)
 
@@ -222,7 +222,7 @@ def test_loader_errors_name_the_file(tmp_path):
         with pytest.raises(ProviderError, match="broken.png"):
             call(broken)
     with pytest.raises(InputError, match="cannot read image .*broken.png"):
-        cio.read_cxr(broken)
+        cximages.read_cxr(broken)
     with pytest.raises(InputError, match="image not found"):
         load_image(missing)
 
@@ -231,12 +231,12 @@ def test_loader_errors_name_the_file(tmp_path):
 def test_a_mask_of_another_size_is_an_error_unless_a_resize_is_asked_for(tmp_path):
     mask = np.zeros((512, 512), bool)
     mask[100:200, 100:200] = True
-    cio.write_mask(tmp_path / "m.png", mask)
+    cximages.write_mask(tmp_path / "m.png", mask)
     with pytest.raises(InputError, match=r"m\.png is 512x512 pixels, expected 1024x1024"):
-        cio.read_mask(tmp_path / "m.png")
-    stretched = cio.read_mask(tmp_path / "m.png", resize=True)
+        cximages.read_mask(tmp_path / "m.png")
+    stretched = cximages.read_mask(tmp_path / "m.png", resize=True)
     assert stretched.shape == (1024, 1024) and stretched[300, 300] and not stretched[500, 500]
     with pytest.raises(InputError) as err:
-        cio.check_mask_shape(mask, tmp_path / "m.png", (1024, 1024), tmp_path / "cxr.png")
+        cximages.check_mask_shape(mask, tmp_path / "m.png", (1024, 1024), tmp_path / "cxr.png")
     assert "m.png" in str(err.value) and "cxr.png" in str(err.value)
-    cio.check_mask_shape(mask, tmp_path / "m.png", (512, 512), tmp_path / "cxr.png")
+    cximages.check_mask_shape(mask, tmp_path / "m.png", (512, 512), tmp_path / "cxr.png")

@@ -1,4 +1,4 @@
-"""One owner per rule (issue 22): each of these names is
+"""One owner per rule (docs/architecture.md, "Where each idea lives"): each of these names is
 defined in exactly one module of the library, and every other module imports it from there."""
 
 from __future__ import annotations

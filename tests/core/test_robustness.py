@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept import io
 from chexpercept.curation.sheets import SheetTask, distribute
 from chexpercept.deformation.pipeline import build_tasks
 from chexpercept.errors import InputError
+from chexpercept.files import write_csv_atomic, write_json_atomic
+from chexpercept.layouts import CurationLayout
 from utils.cli import failures_exit_code, run_main
 from utils.llm.base import Usage
 from utils.llm.pricing import cost_usd
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_atomic_outputs_are_readable_by_others(tmp_path):
     old = os.umask(0o022)
     try:
-        io.write_json_atomic(tmp_path / "a.json", {"a": 1})
+        write_json_atomic(tmp_path / "a.json", {"a": 1})
     finally:
         os.umask(old)
     mode = stat.S_IMODE((tmp_path / "a.json").stat().st_mode)
@@ -51,9 +52,9 @@ def test_deformation_tasks_reject_duplicate_and_mismatched_key_ids(tmp_path):
 
 
 def test_distribute_refuses_to_erase_review_work(tmp_path):
-    layout = io.CurationLayout(tmp_path)
+    layout = CurationLayout(tmp_path)
     done = layout.annotator_dir("A", "negative") / "labeling_sheet.csv"
-    io.write_csv_atomic(done, [{"lesion": "edema", "key_id": "edema_s1_negative_0",
+    write_csv_atomic(done, [{"lesion": "edema", "key_id": "edema_s1_negative_0",
                                 "dicom_id": "d", "optimal?": "n"}],
                         ["lesion", "key_id", "dicom_id", "optimal?"])
     tasks = [SheetTask("negative", tmp_path / "main.csv", "lesion")]

@@ -15,7 +15,8 @@ from chexpercept.curation import (
     sample_mimic_ils_cases,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import CurationLayout, read_csv_rows, read_json
+from chexpercept.files import read_csv_rows, read_json
+from chexpercept.layouts import CurationLayout
 
 _cfg = fixture_config
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from chexpercept.config_schema import ChexperceptConfig
 from chexpercept.curation.box_segmenters import (
     BoxAnatomySegmenter,
     Sam2BoxSegmenter,
@@ -18,8 +19,9 @@ from chexpercept.curation.segmenters import (
     segmenter_names,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import frame_transform, write_json_atomic, write_png_atomic
-from chexpercept.config_schema import ChexperceptConfig
+from chexpercept.files import write_json_atomic
+from chexpercept.frame import frame_transform
+from chexpercept.images import write_png_atomic
 
 ITEM = {"dicom_id": "img", "target": "effusion", "pair_id": "img_positive",
         "boxes": [{"x0": 100.0, "y0": 200.0, "x1": 300.0, "y1": 400.0, "rows": [3]}],

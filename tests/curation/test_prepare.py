@@ -8,17 +8,24 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chexpercept import io
 from chexpercept.curation import candidates, images, sampling
 from chexpercept.errors import SchemaError
+from chexpercept.frame import (
+    frame_transform,
+    mask_to_frame,
+    mask_to_original,
+    read_frame_transform,
+    transforms_index,
+)
+from chexpercept.images import write_mask
 from chexpercept.lesions import LESIONS
 
 
 def test_letterbox_transform_numbers_and_inverse():
-    t = io.frame_transform(1400, 1700, "letterbox")
+    t = frame_transform(1400, 1700, "letterbox")
     assert (t.resized_width, t.resized_height, t.pad_x, t.pad_y) == (843, 1024, 90, 0)
     assert abs(t.scale_x - t.scale_y) < 1e-3
-    s = io.frame_transform(1400, 1700, "stretch")
+    s = frame_transform(1400, 1700, "stretch")
     assert (s.pad_x, s.pad_y, s.resized_width) == (0, 0, 1024)
     assert s.scale_x != s.scale_y
     # Point maps are inverse of each other.
@@ -30,16 +37,16 @@ def test_letterbox_transform_numbers_and_inverse():
     orig[400:900, 200:600] = True
     square = np.asarray(Image.fromarray(orig.astype(np.uint8) * 255)
                         .resize((512, 512), Image.NEAREST)) > 0
-    a, b = io.mask_to_frame(orig, t), io.mask_to_frame(square, t)
+    a, b = mask_to_frame(orig, t), mask_to_frame(square, t)
     assert (a ^ b).sum() < 0.02 * a.sum()
     ys, xs = np.nonzero(a)
     assert abs(xs.min() - t.point_to_frame(200, 0)[0]) <= 1
     assert abs(ys.min() - t.point_to_frame(0, 400)[1]) <= 1
     assert not a[:, :t.pad_x].any()  # padding stays empty
-    back = io.mask_to_original(a, t)
+    back = mask_to_original(a, t)
     assert back.shape == orig.shape and (back ^ orig).sum() < 0.02 * orig.sum()
     with pytest.raises(ValueError):
-        io.frame_transform(10, 10, "crop")
+        frame_transform(10, 10, "crop")
 
 
 def _jpg_tree(tmp_path, size=(300, 400)):
@@ -56,27 +63,27 @@ def test_prepare_letterbox_records_transform_and_pads(tmp_path):
     summary = images.prepare_images({"dA": "files/a.jpg"}, root, out)
     assert summary.converted == 1
     img = np.asarray(Image.open(out / "dA.png"))
-    t = io.read_frame_transform(out, "dA")
+    t = read_frame_transform(out, "dA")
     assert t is not None and t.mode == "letterbox" and (t.orig_width, t.orig_height) == (300, 400)
     assert t.pad_x == 128 and t.resized_width == 768
     assert img[:, :t.pad_x - 1].max() == 0 and img[:, -(t.pad_x - 1):].max() == 0  # black bars
     assert img[512, 512] > 150  # image content in the middle
-    index = json.loads(io.transforms_index(out).read_text())
+    index = json.loads(transforms_index(out).read_text())
     assert index == {"dA": t.to_json()}
     # Same mode: reused. Other mode: converted again (a stale frame is never kept).
     assert images.prepare_images({"dA": "files/a.jpg"}, root, out).skipped == 1
     again = images.prepare_images({"dA": "files/a.jpg"}, root, out, mode="stretch")
-    assert again.converted == 1 and io.read_frame_transform(out, "dA").mode == "stretch"
+    assert again.converted == 1 and read_frame_transform(out, "dA").mode == "stretch"
     assert np.asarray(Image.open(out / "dA.png"))[:, :10].min() > 150
 
 
 def test_provided_mask_follows_the_image_transform(tmp_path):
     """The MIMIC-ILS square mask is resized to the original size, then letterboxed."""
-    t = io.frame_transform(300, 400, "letterbox")
+    t = frame_transform(300, 400, "letterbox")
     sq = np.zeros((512, 512), bool)
     sq[:, :256] = True  # left half of the original image
     (tmp_path / "s").mkdir()
-    io.write_mask(tmp_path / "s" / "m.png", sq)
+    write_mask(tmp_path / "s" / "m.png", sq)
     item = {"seg_mask_path": "s/m.png"}
     m = candidates.provided_mask(item, tmp_path, t)
     cols = np.nonzero(m.any(axis=0))[0]

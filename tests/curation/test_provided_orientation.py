@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chexpercept import io
 from chexpercept.curation import images
 from chexpercept.curation.segmenters import ProvidedSegmenter
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.frame import FrameTransform, read_frame_transform, transform_sidecar
+from chexpercept.images import read_cxr, write_mask
 
 _ORIENTATION_TAG = 0x0112
 #: The phantom's stored grid: width x height (landscape, so a 90-degree turn changes the shape).
@@ -50,7 +51,7 @@ def _phantom(tmp_path, orientation: int, w: int = STORED_W, h: int = STORED_H):
 
 
 def _write_mask(tmp_path, mask: np.ndarray) -> dict:
-    io.write_mask(tmp_path / "ils" / "m.png", mask)
+    write_mask(tmp_path / "ils" / "m.png", mask)
     return {"dicom_id": "d", "seg_mask_path": "m.png", "answer": "[SEG]"}
 
 
@@ -65,19 +66,19 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_prepare_records_the_source_orientation(tmp_path):
     cxr, truth = _phantom(tmp_path, 6)
-    t = io.read_frame_transform(cxr, "d")
+    t = read_frame_transform(cxr, "d")
     assert t.orientation == 6 and (t.orig_width, t.orig_height) == (STORED_H, STORED_W)
     assert t.stored_size == (STORED_W, STORED_H)
-    assert io.FrameTransform.from_json(t.to_json(), "x") == t
+    assert FrameTransform.from_json(t.to_json(), "x") == t
     # A record from before orientations were recorded is prepared again (not trusted as 1).
-    sidecar = io.transform_sidecar(cxr, "d")
+    sidecar = transform_sidecar(cxr, "d")
     old = json.loads(sidecar.read_text())
     del old["orientation"]
     sidecar.write_text(json.dumps(old))
     summary = images.prepare_images({"d": "files/d.jpg"}, tmp_path / "jpg", cxr)
     assert summary.converted == 1 and "orientation" in json.loads(sidecar.read_text())
     with pytest.raises(SchemaError, match="orientation must be an EXIF orientation 1-8"):
-        io.FrameTransform.from_json({**t.to_json(), "orientation": 9}, "x.transform.json")
+        FrameTransform.from_json({**t.to_json(), "orientation": 9}, "x.transform.json")
 
 
 @pytest.mark.parametrize("orientation", [6, 8, 3])
@@ -138,6 +139,6 @@ def test_a_flat_folder_png_with_a_tag_turns_its_mask_too(tmp_path):
     region = _region(256, 256)
     Image.fromarray(np.where(region, 230, 20).astype(np.uint8)).save(cxr / "d.png",
                                                                      exif=_exif(8))
-    truth = io.read_cxr(cxr / "d.png") > 128
+    truth = read_cxr(cxr / "d.png") > 128
     out = _segment(tmp_path, cxr, _write_mask(tmp_path, region))
     assert _iou(out, truth) > 0.95

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from chexpercept.config_schema import ChexperceptConfig
 from chexpercept.curation import (
     generate_candidate_masks,
     prepare_negative_sheet,
@@ -18,8 +19,8 @@ from chexpercept.curation import (
 from chexpercept.curation.public import plan_public_sample, source_images
 from chexpercept.curation.sources import Box, installed_tables_dir
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import CurationLayout, read_csv_rows, read_json
-from chexpercept.config_schema import ChexperceptConfig
+from chexpercept.files import read_csv_rows, read_json
+from chexpercept.layouts import CurationLayout
 from chexpercept.synth.stand_ins import WATERMARK, write_stand_ins
 
 pytestmark = pytest.mark.skipif(installed_tables_dir() is None,
@@ -121,7 +122,7 @@ def test_other_sources_through_stage00_on_blank_images(tmp_path, source, key, la
     """Real VinDr-CXR / RSNA rows, blank PNG stand-ins, all-lung anatomy in the working frame."""
     import numpy as np
 
-    from chexpercept.io import write_png_atomic
+    from chexpercept.images import write_png_atomic
 
     anat = tmp_path / "anat"
     cfg = ChexperceptConfig.model_validate({"seed": 0, "path": {

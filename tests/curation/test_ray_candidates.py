@@ -14,7 +14,7 @@ from ray_cluster import require_ray, start_cluster
 from stage00_config import fixture_config
 
 from chexpercept.curation import generate_candidate_masks, sample_mimic_ils_cases
-from chexpercept.io import CurationLayout
+from chexpercept.layouts import CurationLayout
 from utils.ray_pool import RayWorkers
 
 require_ray()

@@ -18,7 +18,8 @@ from chexpercept.curation.segmenters import (
     create_segmenter,
 )
 from chexpercept.errors import ConfigError
-from chexpercept.io import CurationLayout, write_mask
+from chexpercept.images import write_mask
+from chexpercept.layouts import CurationLayout
 
 
 def test_instruction_for_bilateral_and_lists():

@@ -10,13 +10,8 @@ from PIL import Image
 
 from chexpercept.curation import images, sheets
 from chexpercept.errors import InputError
-from chexpercept.io import (
-    CurationLayout,
-    read_csv_rows,
-    read_json,
-    write_csv_atomic,
-    write_json_atomic,
-)
+from chexpercept.files import read_csv_rows, read_json, write_csv_atomic, write_json_atomic
+from chexpercept.layouts import CurationLayout
 from chexpercept.schema import (
     NEGATIVE_SHEET_COLUMNS,
     POSITIVE_PART_SHEET_COLUMNS,

@@ -34,7 +34,7 @@ from chexpercept.curation.sources import (
     merge_reader_boxes,
 )
 from chexpercept.errors import ConfigError, InputError, SchemaError
-from chexpercept.io import write_png_atomic
+from chexpercept.images import write_png_atomic
 from chexpercept.lesions import LESIONS
 
 TABLES = installed_tables_dir()

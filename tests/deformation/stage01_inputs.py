@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from chexpercept.io import write_mask
+from chexpercept.images import write_mask
 
 SIZE = 1024
 
@@ -137,7 +137,7 @@ def deformation_tasks(root: Path, cases: dict[str, str], out_name: str = "out01"
     inputs and ``chex_vertical_thirds`` lung zones.
     """
     from chexpercept.deformation import DeformationParams, DeformationSettings, build_tasks
-    from chexpercept.io import read_csv_rows
+    from chexpercept.files import read_csv_rows
     from chexpercept.schema import accepted_key_ids
 
     paths = write_inputs(root, cases)

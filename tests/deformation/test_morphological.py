@@ -19,7 +19,7 @@ from chexpercept.deformation._morph import (
 )
 from chexpercept.deformation.morphological import select_anatomies
 from chexpercept.deformation.points import collect_points, sample_fake_points
-from chexpercept.io import dumps_json
+from chexpercept.files import dumps_json
 from chexpercept.rng import rng_for
 from chexpercept.schema import DeformationCase
 

@@ -14,7 +14,7 @@ from chexpercept.deformation import (
     run_deformation,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import DeformationLayout
+from chexpercept.layouts import DeformationLayout
 from chexpercept.schema import accepted_key_ids, parse_deformation_results
 
 CASES = {"s50000001_positive_0": "consolidation", "s50000002_positive_0": "cardiomegaly",

@@ -18,7 +18,7 @@ from chexpercept.deformation import (
     DeformationSettings,
     run_deformation,
 )
-from chexpercept.io import DeformationLayout
+from chexpercept.layouts import DeformationLayout
 from utils.cli import run_main
 from utils.errors import MissingDependencyError
 from utils.ray_pool import ActorLost, ActorPool, RayWorkers

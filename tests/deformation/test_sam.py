@@ -17,7 +17,8 @@ from chexpercept.deformation import points as points_mod
 from chexpercept.deformation import sam as sam_mod
 from chexpercept.deformation.pipeline import DeformationSettings, DeformationTask, run_case
 from chexpercept.errors import ConfigError
-from chexpercept.io import DeformationLayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import DeformationLayout
 from chexpercept.rng import rng_for
 
 _spec = importlib.util.spec_from_file_location(

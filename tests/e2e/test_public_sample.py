@@ -17,7 +17,7 @@ import pytest
 
 from chexpercept.curation.sources import installed_tables_dir
 from chexpercept.errors import InputError
-from chexpercept.io import read_json, write_json_atomic
+from chexpercept.files import read_json, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = str(ROOT / "cfg" / "config_public_sample.yaml")

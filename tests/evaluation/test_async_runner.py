@@ -10,11 +10,12 @@ import pytest
 from stage03_bundle import write_bundle
 from stage03_fakes import KnowsAnswers, ScriptedModel, right, wrong
 
-from chexpercept import io
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.cases import TURN_BY_NAME
+from chexpercept.files import dumps_json
+from chexpercept.layouts import all_results_path, records_path
 from chexpercept.run_store import RecordWriter
 from utils.llm.base import ChatModel, Completion, TurnRequest, Usage
 
@@ -71,11 +72,11 @@ def _settings(**kw):
 
 
 def _records(run_dir):
-    return [json.loads(x) for x in io.records_path(run_dir).read_text().splitlines()]
+    return [json.loads(x) for x in records_path(run_dir).read_text().splitlines()]
 
 
 def _all_results_text(run_dir):
-    return io.all_results_path(run_dir).read_text(encoding="utf-8")
+    return all_results_path(run_dir).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("setting", ["implicit", "explicit", "none"])
@@ -188,7 +189,7 @@ def test_longest_remaining_cases_start_first(bundle, tmp_path):
 @pytest.mark.parametrize("runner", ["sync", "async"])
 def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
         bundle, tmp_path, runner):
-    """Cached per-case texts (session.encode_results) join to io.dumps_json's exact bytes."""
+    """Cached per-case texts (session.encode_results) join to files.dumps_json's exact bytes."""
     from chexpercept.run_store import RunStore
 
     cases = validate_bundle(bundle)
@@ -213,10 +214,10 @@ def test_all_results_is_the_indent_2_json_of_its_content_at_every_checkpoint(
     assert all(len(json.loads(t)) == len(cases) for t in texts)
     assert "unfinished" not in texts[-1]
     for text in texts:
-        assert text == io.dumps_json(json.loads(text))
+        assert text == dumps_json(json.loads(text))
     assert texts[-1] == _all_results_text(tmp_path / "run")
     RunStore(tmp_path / "empty").write_results([])
-    assert io.all_results_path(tmp_path / "empty").read_text() == io.dumps_json({})
+    assert all_results_path(tmp_path / "empty").read_text() == dumps_json({})
 
 
 def test_collector_is_tuned_during_the_run_and_restored_after(bundle, tmp_path):

@@ -11,7 +11,6 @@ import pytest
 from stage03_bundle import write_bundle
 from stage03_fakes import ScriptedModel, right, wrong
 
-from chexpercept import io
 from chexpercept.evaluation import (
     SYSTEM_PROMPT,
     EvalSettings,
@@ -20,6 +19,8 @@ from chexpercept.evaluation import (
     validate_bundle,
 )
 from chexpercept.evaluation.dialogue import answer_text, colour_phrase
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import all_results_path, records_path
 
 RR = "effusion_s50000001_positive_0"
 RF = "effusion_s50000002_positive_0"
@@ -40,7 +41,7 @@ def _run(bundle, tmp_path, setting, answer):
     run_dir = tmp_path / setting
     run_evaluation(bundle, cases, model, EvalSettings("scripted", "m", oracle_setting=setting),
                    run_dir)
-    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    results = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
     return model, results
 
 
@@ -82,7 +83,7 @@ def test_implicit_patches_wrong_turns_with_ground_truth(bundle, tmp_path):
     request = _requests(model)[f"{RR}/contour_evaluation_qa"]
     assert [m.text for m in request.messages if m.role == "assistant"] == ["Answer: 1"]
     # the patched turns are recorded in the records of the turn that triggered them
-    records = io.read_jsonl(io.records_path(tmp_path / "implicit"))
+    records = read_jsonl(records_path(tmp_path / "implicit"))
     rec = next(r for r in records if r["request_id"] == f"{RR}/contour_revision_qa_revision_result")
     assert rec["oracle"]["patched"] == ["contour_revision_qa_expansion",
                                         "contour_revision_qa_contraction"]

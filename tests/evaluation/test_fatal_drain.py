@@ -17,10 +17,10 @@ import pytest
 from stage03_bundle import write_bundle
 from stage03_fakes import KnowsAnswers, ScriptedModel, right
 
-from chexpercept import io
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.layouts import all_results_path, faults_path, records_path
 from utils.llm.base import FAULT, ChatModel, Completion, Usage
 
 COUNTS = re.compile(r"(\d+) answer\(s\) were recorded and (\d+) abandoned")
@@ -32,7 +32,7 @@ def bundle(tmp_path):
 
 
 def _records(run_dir):
-    path = io.records_path(run_dir)
+    path = records_path(run_dir)
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -122,7 +122,7 @@ def test_async_answers_arriving_after_the_drain_bound_are_not_recorded(bundle, t
     assert sorted(r["request_id"] for r in records) == sorted(fake.started[:2])
     assert _counts(info.value) == (2, 1)
     # the abandoned turn's case stays unfinished for a re-run
-    results = json.loads(io.all_results_path(tmp_path / "run").read_text())
+    results = json.loads(all_results_path(tmp_path / "run").read_text())
     assert results[slow.split("/")[0]]["unfinished"]["turns_answered"] == 0
 
 
@@ -156,7 +156,7 @@ def test_sync_fault_breaker_records_the_rest_of_its_batch_first(bundle, tmp_path
     records = _records(tmp_path / "run")
     assert {r["key_id"] for r in records} == {c.key_id for c in cases} - keys
     assert _counts(info.value) == (4, 0)
-    faults = io.faults_path(tmp_path / "run").read_text().splitlines()
+    faults = faults_path(tmp_path / "run").read_text().splitlines()
     assert len(faults) == 2
 
 

@@ -24,7 +24,8 @@ import pytest
 from stage03_bundle import write_bundle
 from stage03_plugin import REQUEST_LOG_ENV, SLEEP_ENV
 
-from chexpercept import io
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import all_results_path, records_path
 from utils.cli import run_main
 
 HERE = Path(__file__).resolve().parent
@@ -85,7 +86,7 @@ def test_sigkill_halfway_then_resume_requests_nothing_twice(tmp_path, monkeypatc
                                          if p)}
     cmd = [sys.executable, str(SCRIPT), *_argv(bench, out)]
     run_dir = out / "slowecho_echo" / "oracle_implicit"
-    records = io.records_path(run_dir)
+    records = records_path(run_dir)
 
     with open(tmp_path / "first.log", "wb") as err:
         first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -108,7 +109,7 @@ def test_sigkill_halfway_then_resume_requests_nothing_twice(tmp_path, monkeypatc
     # asked twice: only the batch that was in flight at the kill (the sync runner's bound)
     assert sorted(i for i, n in started.items() if n > 1) == sorted(in_flight)
 
-    recs = io.read_jsonl(records)
+    recs = read_jsonl(records)
     assert len(recs) == TOTAL_TURNS
     assert len({(r["key_id"], r["turn"]) for r in recs}) == TOTAL_TURNS
     assert {r["request_id"] for r in recs} == set(served)
@@ -118,5 +119,5 @@ def test_sigkill_halfway_then_resume_requests_nothing_twice(tmp_path, monkeypatc
     monkeypatch.delenv(REQUEST_LOG_ENV, raising=False)
     main = runpy.run_path(str(SCRIPT), run_name="stage03_eval")["main"]
     assert run_main(main, _argv(bench, tmp_path / "clean")) == 0
-    clean = io.all_results_path(tmp_path / "clean" / "slowecho_echo" / "oracle_implicit")
-    assert io.all_results_path(run_dir).read_bytes() == clean.read_bytes()
+    clean = all_results_path(tmp_path / "clean" / "slowecho_echo" / "oracle_implicit")
+    assert all_results_path(run_dir).read_bytes() == clean.read_bytes()

@@ -12,8 +12,6 @@ import pytest
 from stage03_bundle import CASES, write_bundle
 from stage03_fakes import ScriptedModel, right
 
-from chexpercept.files import read_jsonl
-from chexpercept.layouts import all_results_path, records_path
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.async_runner import Scheduler, run_evaluation_async
@@ -21,6 +19,8 @@ from chexpercept.evaluation.budget import estimate_prompt_tokens, last_request
 from chexpercept.evaluation.dialogue import Dialogue
 from chexpercept.evaluation.kv_window import DialogueWindow
 from chexpercept.evaluation.session import CaseState, RunSummary
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import all_results_path, records_path
 from utils.llm.base import Completion, KVCache, PromptLimits, TurnRequest, Usage
 
 RR = "effusion_s50000001_positive_0"  # revision-required, 9 turns

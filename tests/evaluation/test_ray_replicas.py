@@ -30,7 +30,6 @@ from ray_cluster import plugin_pythonpath, require_ray, start_cluster
 from stage03_bundle import write_bundle
 from stage03_plugin import REQUEST_LOG_ENV, SLEEP_ENV
 
-from chexpercept import io
 from chexpercept.errors import ConfigError
 from chexpercept.evaluation import EvalSettings, load_bundle, select_key_ids, validate_bundle
 from chexpercept.evaluation.api import evaluate
@@ -42,6 +41,8 @@ from chexpercept.evaluation.replicas import (
     run_replicated,
     start_replicas,
 )
+from chexpercept.files import read_jsonl
+from chexpercept.layouts import faults_path, records_path, run_manifest_path
 from utils.cli import run_main
 from utils.errors import EngineStartError, MissingDependencyError, ProviderError
 from utils.ray_pool import ActorPool
@@ -95,7 +96,7 @@ def _events(log: Path) -> list[dict]:
 
 
 def _records(summary) -> list[dict]:
-    return io.read_jsonl(io.records_path(summary.run_dir))
+    return read_jsonl(records_path(summary.run_dir))
 
 
 def _same_results(a, b) -> None:
@@ -123,7 +124,7 @@ def test_baselines_on_replicas_match_one_engine(cluster, bench, tmp_path, provid
     _same_results(one, many)
     assert many.turns_requested == one.turns_requested == TOTAL_TURNS
     _check_sticky(many, replicas)
-    manifest = json.loads(io.run_manifest_path(many.run_dir).read_text(encoding="utf-8"))
+    manifest = json.loads(run_manifest_path(many.run_dir).read_text(encoding="utf-8"))
     assert manifest["provider_runtime"]["ray"]["replicas"] == replicas
     if provider == "oracle":  # identity is a one-engine run's: its folder resumes under Ray
         again = _run(bench, tmp_path / "one", provider, oracle=oracle, replicas=replicas)
@@ -235,9 +236,9 @@ def test_a_replica_s_faults_are_logged_not_recorded_and_the_breaker_stops_the_ru
     parked = _run(bench, tmp_path / "many", FAULTY, model="echo", replicas=2,
                   max_consecutive_faults=0)
     run_dir = tmp_path / "many" / "slowecho_echo" / "oracle_implicit"
-    faults = io.read_jsonl(io.faults_path(run_dir))
+    faults = read_jsonl(faults_path(run_dir))
     assert sorted(f["turn"] for f in faults) == ["contour_evaluation_qa"] * 5
-    assert {r["turn"] for r in io.read_jsonl(io.records_path(run_dir))} == {"detection_qa"}
+    assert {r["turn"] for r in read_jsonl(records_path(run_dir))} == {"detection_qa"}
     assert parked.turns_faulted == 5 and parked.cases_finished == 2
     assert len(parked.unfinished) == 5  # parked for the invocation, not asked again
     with pytest.raises(ProviderError, match=r"2 request\(s\) in a row got no answer"):
@@ -245,8 +246,8 @@ def test_a_replica_s_faults_are_logged_not_recorded_and_the_breaker_stops_the_ru
              max_consecutive_faults=2)
     stopped = tmp_path / "stop" / "slowecho_echo" / "oracle_implicit"
     # the other replica's batch, in flight at the stop, landed too: every fault is logged
-    assert len(io.read_jsonl(io.faults_path(stopped))) == 5
-    assert len(io.read_jsonl(io.records_path(stopped))) == 7
+    assert len(read_jsonl(faults_path(stopped))) == 5
+    assert len(read_jsonl(records_path(stopped))) == 7
     monkeypatch.delenv(FAULT_AT_ENV)
     again = _run(bench, tmp_path / "many", FAULTY, model="echo", replicas=2)
     assert again.turns_resumed == 7 and again.cases_finished == 7
@@ -358,7 +359,7 @@ def test_a_replica_that_keeps_dying_stops_the_run_and_a_rerun_resumes(cluster, b
     with pytest.raises(ProviderError, match=r"replica \d on node .* died 2 time\(s\), more "
                                             r"than --ray-max-restarts 1"):
         _run(bench, tmp_path / "many", DYING, model="echo", replicas=2, max_restarts=1)
-    records = io.read_jsonl(io.records_path(tmp_path / "many" / "slowecho_echo"
+    records = read_jsonl(records_path(tmp_path / "many" / "slowecho_echo"
                                             / "oracle_implicit"))
     turns = Counter(r["turn"] for r in records)
     assert turns["detection_qa"] == 7  # turn 0 of every case is kept
@@ -380,8 +381,8 @@ def test_an_engine_that_cannot_start_stops_before_the_run_folder(cluster, bench,
         _run(bench, tmp_path / "many", "ray_plugin:StartFailsEchoModel", model="echo",
              replicas=2)
     run_dir = tmp_path / "many" / "slowecho_echo" / "oracle_implicit"
-    assert not io.run_manifest_path(run_dir).exists()
-    assert not io.records_path(run_dir).exists()
+    assert not run_manifest_path(run_dir).exists()
+    assert not records_path(run_dir).exists()
     events = [e["event"] for e in _events(plugin_env)]
     assert "engine" in events and "start" not in events  # no generate call reached a replica
 
@@ -408,7 +409,7 @@ def test_a_killed_driver_resumes_like_a_one_engine_run(cluster, bench, tmp_path,
             "--replicas", "2", "--cpus-per-replica", "0.5"]
     env = {**os.environ, SLEEP_ENV: "0.15", "PYTHONPATH": plugin_pythonpath(HERE)}
     env.pop(REQUEST_LOG_ENV, None)
-    records = io.records_path(out / "slowecho_echo" / "oracle_implicit")
+    records = records_path(out / "slowecho_echo" / "oracle_implicit")
     cmd = [sys.executable, str(SCRIPT), *argv]
     with open(tmp_path / "first.log", "wb") as err:
         first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -417,7 +418,7 @@ def test_a_killed_driver_resumes_like_a_one_engine_run(cluster, bench, tmp_path,
     second = subprocess.run(cmd, env={**env, SLEEP_ENV: "0"}, capture_output=True, text=True,
                             timeout=120)
     assert second.returncode == 0, second.stderr[-3000:]
-    done = io.read_jsonl(records)
+    done = read_jsonl(records)
     assert len(done) == TOTAL_TURNS == len({(r["key_id"], r["turn"]) for r in done})
     assert "(already done: " in second.stderr
     monkeypatch.setenv("PYTHONPATH", plugin_pythonpath(HERE))
@@ -428,7 +429,7 @@ def test_a_killed_driver_resumes_like_a_one_engine_run(cluster, bench, tmp_path,
 
 def test_api_providers_and_async_engine_are_refused(bench, tmp_path):
     for provider in ("openai", "gemini"):
-        with pytest.raises(ConfigError, match="--ray applies to the local engines"):
+        with pytest.raises(ConfigError, match="--ray applies to providers that run a model here"):
             evaluate(bench, provider=provider, model="gpt-5.4", output_path=tmp_path,
                      ray=RayReplicas(replicas=2))
     with pytest.raises(ConfigError, match="--vllm-engine batched"):

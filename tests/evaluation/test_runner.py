@@ -8,7 +8,7 @@ import pytest
 from stage03_bundle import CASES, load_items, write_bundle
 from stage03_fakes import ScriptedModel, right, wrong
 
-from chexpercept import io, schema
+from chexpercept import schema
 from chexpercept.errors import ConfigError
 from chexpercept.evaluation import (
     ORACLE_SETTINGS,
@@ -17,6 +17,8 @@ from chexpercept.evaluation import (
     run_evaluation,
     validate_bundle,
 )
+from chexpercept.files import read_jsonl, write_json_atomic
+from chexpercept.layouts import all_results_path, faults_path, records_path, run_manifest_path
 from utils.llm import create_model
 from utils.llm.base import Completion
 
@@ -38,7 +40,7 @@ def _run(bundle, run_dir, model, **settings):
 
 
 def _results(run_dir):
-    path = io.all_results_path(run_dir)
+    path = all_results_path(run_dir)
     data = json.loads(path.read_text(encoding="utf-8"))
     schema.parse_all_results(data, path)
     return data
@@ -99,7 +101,7 @@ def test_results_are_mapped_back_to_the_right_case(bundle, tmp_path):
         assert res["detection_qa"]["correct"] is (key_id in good)
         if res["contour_revision_qa"]:
             assert res["contour_revision_qa"]["correct"] is (key_id in good)
-    records = io.read_jsonl(io.records_path(tmp_path / "run"))
+    records = read_jsonl(records_path(tmp_path / "run"))
     assert all(r["request_id"] == f"{r['key_id']}/{r['turn']}" for r in records)
 
 
@@ -126,8 +128,8 @@ def test_resume_after_interruption_requests_nothing_twice(bundle, tmp_path):
     assert not first & second
     assert first | second == {i for call in reference.calls for i in call}
     assert summary.turns_resumed == len(first) and summary.turns_requested == len(second)
-    assert io.all_results_path(tmp_path / "run").read_bytes() == \
-        io.all_results_path(tmp_path / "ref").read_bytes()
+    assert all_results_path(tmp_path / "run").read_bytes() == \
+        all_results_path(tmp_path / "ref").read_bytes()
 
     again = ScriptedModel(_mixed)
     summary = _run(bundle, tmp_path / "run", again)
@@ -138,7 +140,7 @@ def test_resume_survives_a_torn_last_record(bundle, tmp_path):
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError):
         _run(bundle, run_dir, ScriptedModel(_mixed, fail_on_call=2))
-    with open(io.records_path(run_dir), "a", encoding="utf-8") as fh:
+    with open(records_path(run_dir), "a", encoding="utf-8") as fh:
         fh.write('{"key_id": "effusion_s5000')  # killed mid-write
     _run(bundle, run_dir, ScriptedModel(_mixed))
     _run(bundle, tmp_path / "ref", ScriptedModel(_mixed))
@@ -150,7 +152,7 @@ def test_checkpoint_every_save_every_finished_cases(bundle, tmp_path):
 
     def spy(run_dir):
         def hook(call):
-            path = io.all_results_path(run_dir)
+            path = all_results_path(run_dir)
             seen[(run_dir.name, call)] = (
                 [k for k, v in json.loads(path.read_text()).items() if "unfinished" not in v]
                 if path.exists() else None)
@@ -189,7 +191,7 @@ def test_manifest_mismatch_is_refused_and_overwrite_starts_afresh(bundle, tmp_pa
 
 def test_foreign_results_without_manifest_are_refused(bundle, tmp_path):
     run_dir = tmp_path / "run"
-    io.write_json_atomic(io.all_results_path(run_dir), {})
+    write_json_atomic(all_results_path(run_dir), {})
     with pytest.raises(ConfigError, match="no run_manifest.json"):
         _run(bundle, run_dir, ScriptedModel(right))
 
@@ -198,7 +200,7 @@ def test_manifest_records_identity_and_no_secret(bundle, tmp_path):
     run_dir = tmp_path / "run"
     _run(bundle, run_dir, ScriptedModel(right, settings={"api_key": "sk-SECRET-123",
                                                          "endpoint": "https://x"}))
-    manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
+    manifest = json.loads(run_manifest_path(run_dir).read_text(encoding="utf-8"))
     for field in ("provider", "model", "oracle_setting", "seed", "system_prompt_sha256",
                   "benchmark_json_sha256", "packages", "git_commit"):
         assert field in manifest
@@ -229,7 +231,7 @@ def test_provider_error_is_recorded_not_raised(bundle, tmp_path):
     assert results[RR]["contour_revision_qa"]["correct"]  # the dialogue went on
     assert summary.cases_finished == 7
     assert summary.statuses["error"] == 2 and summary.statuses["ok"] == 29
-    rec = next(r for r in io.read_jsonl(io.records_path(tmp_path / "run"))
+    rec = next(r for r in read_jsonl(records_path(tmp_path / "run"))
                if r["request_id"] == f"{RR}/detection_qa")
     assert rec["status"] == "error" and rec["error"] == "HTTP 500 from server"
 
@@ -298,9 +300,9 @@ def test_a_fault_is_never_recorded_and_its_case_alone_waits_for_the_rerun(bundle
     summary = run(ScriptedModel(_fault_on(faulty)), tmp_path / "run")
     assert summary.turns_faulted == 1 and list(summary.unfinished) == [RR]
     assert "1 of 7 case(s) unfinished" in summary.unfinished_message()
-    records = [json.loads(x) for x in io.records_path(tmp_path / "run").read_text().splitlines()]
+    records = [json.loads(x) for x in records_path(tmp_path / "run").read_text().splitlines()]
     assert faulty not in {r["request_id"] for r in records}
-    reference = io.records_path(tmp_path / "ref").read_text().splitlines()
+    reference = records_path(tmp_path / "ref").read_text().splitlines()
     assert len(records) == len(reference) - 8  # only the faulted case's last 8 turns wait
     assert summary.cases_finished == 6
     assert _results(tmp_path / "run")[RR]["unfinished"]["next_turn"] == "contour_evaluation_qa"
@@ -328,7 +330,7 @@ def test_a_provider_block_is_recorded_as_blocked_and_counted_apart_from_refusals
     run_dir = tmp_path / "oracle_implicit"
     _run(bundle, run_dir, ScriptedModel(answer))
     records = {r["request_id"]: r for r in map(json.loads,
-                                               io.records_path(run_dir).read_text().splitlines())}
+                                               records_path(run_dir).read_text().splitlines())}
     blocked = records[f"{RR}/detection_qa"]
     assert blocked["status"] == "blocked" and blocked["correct"] is False
     assert _results(run_dir)[RR]["detection_qa"]["status"] == "blocked"
@@ -341,7 +343,7 @@ def test_a_torn_or_garbled_faults_log_never_blocks_a_resume(bundle, tmp_path, ca
     faulty = f"{RR}/contour_evaluation_qa"
     run_dir = tmp_path / "run"
     _run(bundle, run_dir, ScriptedModel(_fault_on(faulty)))
-    faults = io.faults_path(run_dir)
+    faults = faults_path(run_dir)
     with open(faults, "a", encoding="utf-8") as fh:
         fh.write('{"key_id": "effusion_s5')  # a writer killed mid-line
     _run(bundle, run_dir, ScriptedModel(_fault_on(faulty)))  # faults again: a new line

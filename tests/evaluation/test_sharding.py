@@ -8,7 +8,6 @@ import pytest
 from stage03_bundle import CASES, write_bundle
 from stage03_fakes import ScriptedModel, right, wrong
 
-from chexpercept import io
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.sharding import (
@@ -18,6 +17,8 @@ from chexpercept.evaluation.sharding import (
     select_part,
     write_merged,
 )
+from chexpercept.files import read_json, write_json_atomic
+from chexpercept.layouts import all_results_path, eval_part_dir, run_manifest_path
 
 KEYS = list(CASES)
 
@@ -34,7 +35,7 @@ def _mixed(request):
 
 def _run_part(bundle, run_dir, part, total, *, model=None, key_ids=None, **settings):
     keys = select_part(KEYS if key_ids is None else key_ids, part, total)
-    target = run_dir if part is None else io.eval_part_dir(run_dir, part, total)
+    target = run_dir if part is None else eval_part_dir(run_dir, part, total)
     return run_evaluation(bundle, validate_bundle(bundle, keys), model or ScriptedModel(_mixed),
                           EvalSettings("scripted", "m", part=part, total_parts=total,
                                        save_every=1, **settings), target)
@@ -71,15 +72,15 @@ def test_merged_parts_equal_an_unsharded_run(bundle, tmp_path):
     run_dir = tmp_path / "sharded"
     summaries = [_run_part(bundle, run_dir, p, 3) for p in range(3)]
     assert sum(s.cases_selected for s in summaries) == len(KEYS)
-    manifest = io.read_json(io.run_manifest_path(io.eval_part_dir(run_dir, 2, 3)))
+    manifest = read_json(run_manifest_path(eval_part_dir(run_dir, 2, 3)))
     assert manifest["sharding"] == {"part": 2, "total_parts": 3}
 
     merged = merge_parts(bundle, run_dir, 3)
     assert merged.cases_per_part == [4, 2, 1]
     path = write_merged(run_dir, merged)
-    assert path.read_bytes() == io.all_results_path(whole).read_bytes()
+    assert path.read_bytes() == all_results_path(whole).read_bytes()
     assert list(json.loads(path.read_text(encoding="utf-8"))) == KEYS
-    manifest = io.read_json(io.run_manifest_path(run_dir))
+    manifest = read_json(run_manifest_path(run_dir))
     assert manifest["sharding"] == {"total_parts": 3, "merged": True}
     assert [p["part"] for p in manifest["parts"]] == [0, 1, 2]
     assert manifest["provider"] == "scripted" and manifest["oracle_setting"] == "implicit"
@@ -95,7 +96,7 @@ def test_merge_refuses_a_missing_part(bundle, tmp_path):
         _run_part(bundle, run_dir, part, 3)
     with pytest.raises(InputError, match=r"part 1 of 3 is missing.*--part 1 --total-parts 3"):
         merge_parts(bundle, run_dir, 3)
-    assert not io.all_results_path(run_dir).exists()
+    assert not all_results_path(run_dir).exists()
 
 
 def test_merge_refuses_incomplete_parts_naming_key_ids_and_turns(bundle, tmp_path):
@@ -132,10 +133,10 @@ def test_merge_refuses_a_part_folder_of_another_split(bundle, tmp_path):
     run_dir = tmp_path / "run"
     _run_part(bundle, run_dir, 0, 2)
     _run_part(bundle, run_dir, 1, 2)
-    manifest_path = io.run_manifest_path(io.eval_part_dir(run_dir, 1, 2))
-    manifest = io.read_json(manifest_path)
+    manifest_path = run_manifest_path(eval_part_dir(run_dir, 1, 2))
+    manifest = read_json(manifest_path)
     manifest["sharding"] = {"part": 0, "total_parts": 2}
-    io.write_json_atomic(manifest_path, manifest)
+    write_json_atomic(manifest_path, manifest)
     with pytest.raises(InputError, match=r"holds sharding \{'part': 0, 'total_parts': 2\}, "
                                          r"expected \{'part': 1, 'total_parts': 2\}"):
         merge_parts(bundle, run_dir, 2)
@@ -143,7 +144,7 @@ def test_merge_refuses_a_part_folder_of_another_split(bundle, tmp_path):
 
 def test_a_part_folder_is_not_resumed_as_another_part(bundle, tmp_path):
     run_dir = tmp_path / "run"
-    part_dir = io.eval_part_dir(run_dir, 0, 2)
+    part_dir = eval_part_dir(run_dir, 0, 2)
     _run_part(bundle, run_dir, 0, 2)
     with pytest.raises(ConfigError, match="'sharding'"):
         run_evaluation(bundle, validate_bundle(bundle, select_part(KEYS, 0, 3)),
@@ -156,8 +157,8 @@ def test_stale_part_results_are_named_and_rebuilt_by_rerunning_the_part(bundle, 
     run_dir = tmp_path / "run"
     for part in range(2):
         _run_part(bundle, run_dir, part, 2)
-    stale = io.all_results_path(io.eval_part_dir(run_dir, 1, 2))
-    io.write_json_atomic(stale, {})
+    stale = all_results_path(eval_part_dir(run_dir, 1, 2))
+    write_json_atomic(stale, {})
     with pytest.raises(InputError, match=r"lacks 3 finished case\(s\).*re-run the part"):
         merge_parts(bundle, run_dir, 2)
     model = ScriptedModel(_mixed)

@@ -17,10 +17,10 @@ import pytest
 from local_provider_helpers import EVAL_SCRIPT, read_records, write_marked_bundle
 from loopback import LoopbackServer
 
-from chexpercept import io
 from chexpercept.analysis.extended import analyse_run_file
 from chexpercept.analysis.markdown import _incomplete_warning
 from chexpercept.analysis.runs import run_from_dir
+from chexpercept.layouts import all_results_path, faults_path, records_path
 from utils.cli import run_main
 from utils.llm import _images
 
@@ -71,7 +71,7 @@ def _run_dir(out: Path) -> Path:
 
 
 def _all_results(out: Path) -> bytes:
-    return io.all_results_path(_run_dir(out)).read_bytes()
+    return all_results_path(_run_dir(out)).read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +133,10 @@ def test_fatal_faults_stop_the_run_at_once_and_nothing_is_an_answer(
     assert code == 2 and words in err and err.count("error:") == 1
     assert len(faulted) == 1  # never retried
     run_dir = _run_dir(out)
-    records = read_records(run_dir) if io.records_path(run_dir).exists() else []
+    records = read_records(run_dir) if records_path(run_dir).exists() else []
     assert all(r["key_id"] != TARGET for r in records)  # the faulted turn has no record
     assert all(r["status"] == "ok" for r in records)
-    results = json.loads(io.all_results_path(run_dir).read_text())
+    results = json.loads(all_results_path(run_dir).read_text())
     assert results[TARGET]["unfinished"]["turns_answered"] == 0
 
     with LoopbackServer(models=["srv"], port=port) as server:  # the cause fixed: re-run completes
@@ -152,7 +152,7 @@ def test_a_server_that_refuses_connections_at_first_is_waited_for(bench, referen
     try:
         out = tmp_path / "out"
         assert _run(bench, out, f"http://127.0.0.1:{port}/v1", "--server-wait", "30") == 0
-        assert not io.faults_path(_run_dir(out)).exists()
+        assert not faults_path(_run_dir(out)).exists()
     finally:
         timer.cancel()
         server.stop()
@@ -174,10 +174,10 @@ def test_a_turn_whose_retries_run_out_keeps_its_case_unfinished_and_a_rerun_asks
     run_dir = _run_dir(out)
     records = read_records(run_dir)
     assert [r["turn"] for r in records if r["key_id"] == TARGET] == ["detection_qa"]
-    faults = [json.loads(line) for line in io.faults_path(run_dir).read_text().splitlines()]
+    faults = [json.loads(line) for line in faults_path(run_dir).read_text().splitlines()]
     assert [(f["key_id"], f["turn"], f["attempts"]) for f in faults] == \
         [(TARGET, "contour_evaluation_qa", 2)]
-    results = json.loads(io.all_results_path(run_dir).read_text())
+    results = json.loads(all_results_path(run_dir).read_text())
     marker = results[TARGET]["unfinished"]
     assert marker["next_turn"] == "contour_evaluation_qa" and marker["turns_answered"] == 1
     assert "HTTP 500" in marker["reason"] and results[TARGET]["detection_qa"] == {}
@@ -192,7 +192,7 @@ def test_a_turn_whose_retries_run_out_keeps_its_case_unfinished_and_a_rerun_asks
     with LoopbackServer(models=["srv"], port=port) as server:
         assert _run(bench, out, server.base_url, "--give-up-unanswered") == 0
         assert server.chat_requests() == []
-    assert "unfinished" in json.loads(io.all_results_path(run_dir).read_text())[TARGET]
+    assert "unfinished" in json.loads(all_results_path(run_dir).read_text())[TARGET]
 
     # the fault cleared: the same command asks the turn again and the run completes
     with LoopbackServer(models=["srv"], port=port) as server:
@@ -212,6 +212,6 @@ def test_many_faults_in_a_row_stop_the_run(bench, tmp_path, port, capsys):
     assert code == 2 and "3 request(s) in a row got no answer" in err
     assert asked < 7  # not every case was tried against a dead server
     run_dir = _run_dir(out)
-    assert not io.records_path(run_dir).exists() or read_records(run_dir) == []
-    results = json.loads(io.all_results_path(run_dir).read_text())
+    assert not records_path(run_dir).exists() or read_records(run_dir) == []
+    results = json.loads(all_results_path(run_dir).read_text())
     assert len(results) == 7 and all("unfinished" in r for r in results.values())

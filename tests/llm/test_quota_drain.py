@@ -28,9 +28,9 @@ from local_provider_helpers import (
 )
 from loopback import QUOTA_EXHAUSTED, LoopbackServer
 
-from chexpercept import io
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
+from chexpercept.layouts import all_results_path
 from utils.cli import run_main
 from utils.llm import _images
 from utils.llm.openai_provider import OpenAIChatModel
@@ -80,7 +80,7 @@ def reference(bench, tmp_path_factory) -> bytes:
     out = tmp_path_factory.mktemp("reference")
     with LoopbackServer(models=["srv"]) as server:
         assert run_main(_main(), _argv(bench, out, server.base_url)) == 0
-    return io.all_results_path(_run_dir(out)).read_bytes()
+    return all_results_path(_run_dir(out)).read_bytes()
 
 
 def _turn_keys(bench: Path):
@@ -133,7 +133,7 @@ def test_quota_runs_out_mid_run_then_a_rerun_asks_nothing_twice(
     twice = Counter(turn_key(s.body) for s in every if s.status == 200)
     assert max(twice.values()) == 1, [k for k, n in twice.items() if n > 1]
     assert sum(twice.values()) == sum(turns_per_case(bench).values())
-    assert io.all_results_path(_run_dir(out)).read_bytes() == reference
+    assert all_results_path(_run_dir(out)).read_bytes() == reference
 
 
 def test_sync_batch_answers_after_the_drain_bound_are_not_recorded(bench, tmp_path):

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from chexpercept.io import write_json_atomic, write_mask
+from chexpercept.files import write_json_atomic
+from chexpercept.images import write_mask
 from chexpercept.schema import DeformationCase
 
 SIZE = 1024

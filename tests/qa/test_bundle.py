@@ -18,7 +18,8 @@ from PIL import Image
 from chexpercept.bundle import check_bundle, leaks_answer, validate_benchmark_dir
 from chexpercept.errors import SchemaError
 from chexpercept.evaluation import load_bundle, validate_bundle
-from chexpercept.io import BenchmarkLayout, QALayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import BenchmarkLayout, QALayout
 from chexpercept.qa import QAInputs, export_benchmark, generate_qa
 from chexpercept.schema import load_benchmark
 

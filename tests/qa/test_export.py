@@ -9,7 +9,8 @@ import pytest
 import qa_cases
 
 from chexpercept.errors import InputError
-from chexpercept.io import BenchmarkLayout, QALayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import BenchmarkLayout, QALayout
 from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.qa import QAInputs, export_benchmark, generate_qa, sample_cases
 from chexpercept.schema import load_benchmark, parse_benchmark, qa_path_of

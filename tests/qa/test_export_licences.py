@@ -9,7 +9,8 @@ import pytest
 import qa_cases
 
 from chexpercept.errors import InputError
-from chexpercept.io import BenchmarkLayout, QALayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import BenchmarkLayout, QALayout
 from chexpercept.qa import QAInputs, export_benchmark, generate_qa
 
 PER_PATH = {"lesion_free": 2, "revision_free": 1, "revision_required": 1}

@@ -13,7 +13,8 @@ import qa_cases
 from PIL import Image
 
 from chexpercept.errors import SchemaError
-from chexpercept.io import QALayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import QALayout
 from chexpercept.qa import QAInputs, assign_revision_free, generate_qa, review
 from chexpercept.schema import QA_LABELING_COLUMNS, load_benchmark, qa_path_of
 

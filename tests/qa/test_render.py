@@ -9,7 +9,7 @@ import qa_cases
 from PIL import Image
 
 from chexpercept.errors import InputError
-from chexpercept.io import read_mask
+from chexpercept.images import read_mask
 from chexpercept.qa._text import POINT_RGB
 from chexpercept.qa.build import CaseTask, process_case
 from chexpercept.qa.render import MaskSource, draw_points, overlay_mask

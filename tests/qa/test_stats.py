@@ -12,10 +12,10 @@ import pytest
 from synthetic_items import LF, RF, RR, item
 
 from chexpercept.bundle import STATS_COLUMNS, format_stats_table, stats_rows
+from chexpercept.config_schema import BenchmarkSamplingConfig, QAGenerationConfig
 from chexpercept.lesions import LESIONS
 from chexpercept.qa import assign_revision_free, sample_cases
 from chexpercept.schema import parse_benchmark
-from chexpercept.config_schema import BenchmarkSamplingConfig, QAGenerationConfig
 
 N_NEG, N_POS, N_DEFORMABLE, N_SHARED = 130, 260, 180, 25
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from chexpercept.io import CurationLayout, read_csv_rows, read_json
+from chexpercept.files import read_csv_rows, read_json
+from chexpercept.layouts import CurationLayout
 from chexpercept.lesions import LESIONS
 from chexpercept.schema import NEGATIVE_SHEET_COLUMNS, POSITIVE_SHEET_COLUMNS, accepted_key_ids
 from chexpercept.synth import REAL_DICOM_ID, make_fixtures
@@ -210,14 +211,14 @@ def test_missing_jpg_and_rosalia_are_clear_errors(tmp_path, fixture_paths, capsy
 
 def test_letterbox_keeps_masks_aligned_and_counts_summarised(stage00, fixture_paths):
     """Prepared CXRs are letterboxed with a recorded transform; candidate masks follow it."""
-    from chexpercept import io
+    from chexpercept.frame import read_frame_transform, transforms_index
 
     tmp, _, layout = stage00
     key = read_json(fixture_paths.answer_key)["dicoms"]
-    index = read_json(io.transforms_index(tmp / "mimic_cxr"))
+    index = read_json(transforms_index(tmp / "mimic_cxr"))
     rows = read_csv_rows(layout.positive_sheet())
     for r in rows:
-        t = io.read_frame_transform(tmp / "mimic_cxr", r["dicom_id"])
+        t = read_frame_transform(tmp / "mimic_cxr", r["dicom_id"])
         assert t is not None and t.mode == "letterbox" and index[r["dicom_id"]] == t.to_json()
         # Fixture boxes are in the square (stretched) frame: square -> original -> letterbox.
         x0, y0, x1, y1 = key[r["dicom_id"]]["lesions"][r["target"]]["bbox_xyxy"]

@@ -11,7 +11,9 @@ import yaml
 
 from chexpercept.curation import segmenters
 from chexpercept.curation.segmenters import Segmenter, SegmentResult
-from chexpercept.io import CurationLayout, read_csv_rows, read_json, read_mask
+from chexpercept.files import read_csv_rows, read_json
+from chexpercept.images import read_mask
+from chexpercept.layouts import CurationLayout
 from chexpercept.synth import make_fixtures
 from utils.cli import run_main
 

@@ -9,15 +9,15 @@ import runpy
 import numpy as np
 import pytest
 
-from chexpercept import io
 from chexpercept.anatomy import backends
 from chexpercept.anatomy.backends import AnatomySegmenter
 from chexpercept.anatomy.names import LUNG_NAMES
+from chexpercept.layouts import DeformationLayout, repo_root
 from utils.cli import run_main
 
-STAGE = io.repo_root() / "src" / "01_mask_deformation"
+STAGE = repo_root() / "src" / "01_mask_deformation"
 _spec = importlib.util.spec_from_file_location(
-    "stage01_inputs", io.repo_root() / "tests" / "deformation" / "stage01_inputs.py")
+    "stage01_inputs", repo_root() / "tests" / "deformation" / "stage01_inputs.py")
 stage01_inputs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stage01_inputs)
 
@@ -59,7 +59,7 @@ def test_model_backend_writes_its_layout_and_provided_fills_the_other(tmp_path, 
     cfg.write_text(cfg.read_text() + "anatomy:\n  backend: cxas\n  batch_size: 2\n")
     gen = _main("00_generate_anatomy_mask.py")
     assert gen(["--config", str(cfg), "--no-progress"]) == 0
-    layout = io.DeformationLayout(paths["out01"])
+    layout = DeformationLayout(paths["out01"])
     assert fake_cxas.seen == 2
     for dicom in ("dicom0000", "dicom0001"):
         assert sorted(p.name for p in (layout.cxas_dir / dicom).iterdir()) == \

@@ -8,12 +8,12 @@ import runpy
 
 import pytest
 
-from chexpercept import io
+from chexpercept.layouts import DeformationLayout, repo_root
 from utils.cli import run_main
 
-STAGE = io.repo_root() / "src" / "01_mask_deformation"
+STAGE = repo_root() / "src" / "01_mask_deformation"
 _spec = importlib.util.spec_from_file_location(
-    "stage01_inputs", io.repo_root() / "tests" / "deformation" / "stage01_inputs.py")
+    "stage01_inputs", repo_root() / "tests" / "deformation" / "stage01_inputs.py")
 stage01_inputs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stage01_inputs)
 
@@ -26,7 +26,7 @@ def test_anatomy_then_deformation_end_to_end(tmp_path, capsys):
     paths = stage01_inputs.write_inputs(tmp_path, stage01_anatomy=False)
     assert _main("00_generate_anatomy_mask.py")(["--config", str(paths["config"]),
                                                   "--no-progress"]) == 0
-    layout = io.DeformationLayout(paths["out01"])
+    layout = DeformationLayout(paths["out01"])
     assert (layout.chexmask_dir / "dicom0000" / "heart.png").is_file()
     assert (layout.cxas_dir / "dicom0001" / "left lung.png").is_file()
     capsys.readouterr()
@@ -72,7 +72,7 @@ def test_cxas_zone_source_reads_the_zone_pngs(tmp_path):
                                         zone_source="cxas", cxas_zones=True)
     assert _main("01_deform_mask.py")(["--config", str(paths["config"]), "--num-workers", "1",
                                        "--no-progress"]) == 0
-    data = json.loads(io.DeformationLayout(paths["out01"]).results_json.read_text())
+    data = json.loads(DeformationLayout(paths["out01"]).results_json.read_text())
     zones = data["edema_s1_positive_0"]["geometrical_mask_infos"][0]["overlap"]["zones"]
     # hand-made CXAS bands: upper zone = rows < 400 (vertical thirds would differ)
     assert zones["right upper zone lung"]["overlap_ratio"] > 0
@@ -106,6 +106,6 @@ def test_failed_case_makes_the_stage_exit_2_unless_allowed(tmp_path, capsys):
     assert run_main(_main("01_deform_mask.py"), args) == 2
     err = capsys.readouterr().err
     assert "error: 1 of 2 case(s) failed; reasons in" in err and "summary.json" in err
-    layout = io.DeformationLayout(paths["out01"])
+    layout = DeformationLayout(paths["out01"])
     assert len(json.loads(layout.results_json.read_text())) == 1  # the built case is kept
     assert run_main(_main("01_deform_mask.py"), args + ["--allow-failures"]) == 0

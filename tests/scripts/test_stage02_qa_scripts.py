@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chexpercept.io import BenchmarkLayout, QALayout, read_json
+from chexpercept.files import read_json
+from chexpercept.layouts import BenchmarkLayout, QALayout
 from chexpercept.schema import load_benchmark
 from utils.cli import run_main
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from chexpercept.bundle import STATS_COLUMNS
-from chexpercept.io import BenchmarkLayout
+from chexpercept.layouts import BenchmarkLayout
 from utils.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[2]

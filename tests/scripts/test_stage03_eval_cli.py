@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept import io, schema
+from chexpercept import schema
+from chexpercept.layouts import all_results_path, records_path, run_manifest_path
 from utils.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,17 +39,17 @@ def test_oracle_run_writes_release_layout_and_resumes(main, bench, tmp_path, cap
     out = tmp_path / "out"
     assert run_main(main, _args(bench, out, "--provider", "oracle")) == 0
     run_dir = out / "oracle_baseline" / "oracle_implicit"
-    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    results = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
     schema.parse_all_results(results, run_dir)
     assert list(results) == list(stage03_bundle.CASES)
     assert all(r["detection_qa"]["correct"] for r in results.values())
-    assert io.records_path(run_dir).is_file() and io.run_manifest_path(run_dir).is_file()
+    assert records_path(run_dir).is_file() and run_manifest_path(run_dir).is_file()
     assert any(run_dir.joinpath("logs").iterdir())
     capsys.readouterr()
     assert run_main(main, _args(bench, out, "--provider", "oracle", "--resume")) == 0
     err = capsys.readouterr().err
     assert "turns requested: 0 (already done: 33)" in err
-    assert f"output: {io.all_results_path(run_dir)}" in err
+    assert f"output: {all_results_path(run_dir)}" in err
 
 
 def test_debug_flags_and_aliases(main, bench, tmp_path):
@@ -57,10 +58,10 @@ def test_debug_flags_and_aliases(main, bench, tmp_path):
                  "--per-path-limit", "1", "--seed", "3", "--save_every", "1")
     assert run_main(main, argv) == 0
     run_dir = out / "dummy_baseline_no_thinking" / "oracle_none"
-    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    results = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
     assert [r["qa_path"] for r in results.values()] == ["revision_required", "revision_free",
                                                         "lesion_free"]
-    manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
+    manifest = json.loads(run_manifest_path(run_dir).read_text(encoding="utf-8"))
     assert manifest["seed"] == 3 and manifest["no_thinking"] is True
 
 
@@ -110,6 +111,6 @@ def test_concurrency_goes_to_the_provider_only_where_it_is_an_option(main, bench
     from chexpercept_cli import eval as script  # the numbered script's code
 
     args = script.build_parser().parse_args(_args(bench, tmp_path, "--concurrency", "4"))
-    assert "concurrency" not in script._api_options(args, "transformers")
-    assert "concurrency" not in script._api_options(args, "opensource")
-    assert script._api_options(args, "openai")["concurrency"] == 4
+    assert "concurrency" not in script.provider_flag_options(args, "transformers")
+    assert "concurrency" not in script.provider_flag_options(args, "opensource")
+    assert script.provider_flag_options(args, "openai")["concurrency"] == 4

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept import io
+from chexpercept.layouts import all_results_path, run_manifest_path
 from utils.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,14 +43,14 @@ def _eval(bench, out, *extra):
 def test_sharded_run_merges_into_the_unsharded_result(eval_main, merge_main, bench, tmp_path,
                                                       capsys):
     assert run_main(eval_main, _eval(bench, tmp_path / "whole")) == 0
-    whole = io.all_results_path(tmp_path / "whole" / "random_baseline" / "oracle_none")
+    whole = all_results_path(tmp_path / "whole" / "random_baseline" / "oracle_none")
     out = tmp_path / "sharded"
     run_dir = out / "random_baseline" / "oracle_none"
     for part in range(3):
         assert run_main(eval_main, _eval(bench, out, "--part", str(part),
                                          "--total_parts", "3")) == 0
         part_dir = run_dir / f"part_{part}_of_3"
-        assert io.all_results_path(part_dir).is_file()
+        assert all_results_path(part_dir).is_file()
         assert any(part_dir.joinpath("logs").iterdir())
     capsys.readouterr()
     argv = ["--run-dir", str(run_dir), "--total-parts", "3", "--benchmark-dir", str(bench),
@@ -58,9 +58,9 @@ def test_sharded_run_merges_into_the_unsharded_result(eval_main, merge_main, ben
     assert run_main(merge_main, argv) == 0
     err = capsys.readouterr().err
     assert f"merged 3 part(s): 7 case(s) (per part: 4, 2, 1); output: " \
-           f"{io.all_results_path(run_dir)}" in err
-    assert io.all_results_path(run_dir).read_bytes() == whole.read_bytes()
-    manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
+           f"{all_results_path(run_dir)}" in err
+    assert all_results_path(run_dir).read_bytes() == whole.read_bytes()
+    manifest = json.loads(run_manifest_path(run_dir).read_text(encoding="utf-8"))
     assert manifest["sharding"] == {"total_parts": 3, "merged": True}
 
 
@@ -75,7 +75,7 @@ def test_merge_names_the_missing_part_in_one_line(eval_main, merge_main, bench, 
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
     assert "part 1 of 2 is missing" in err and "--part 1 --total-parts 2" in err
-    assert not io.all_results_path(run_dir).exists()
+    assert not all_results_path(run_dir).exists()
 
 
 def test_merge_with_the_parts_limit(eval_main, merge_main, bench, tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_merge_with_the_parts_limit(eval_main, merge_main, bench, tmp_path, caps
     assert ("the parts ran with --limit 3 but the merge was given no --limit/--per_path_limit"
             in capsys.readouterr().err)
     assert run_main(merge_main, [*argv, "--limit", "3"]) == 0
-    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    results = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
     assert list(results) == list(stage03_bundle.CASES)[:3]
 
 
@@ -123,9 +123,9 @@ def test_plugin_provider_runs_in_a_folder_named_by_its_label(eval_main, bench, t
             "--provider", "utils.llm.baselines:OracleModel", "--model", "gt"]
     assert run_main(eval_main, argv) == 0
     run_dir = out / "oracle_gt" / "oracle_implicit"
-    results = json.loads(io.all_results_path(run_dir).read_text(encoding="utf-8"))
+    results = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
     assert all(r["detection_qa"]["correct"] for r in results.values())
-    manifest = json.loads(io.run_manifest_path(run_dir).read_text(encoding="utf-8"))
+    manifest = json.loads(run_manifest_path(run_dir).read_text(encoding="utf-8"))
     assert manifest["provider"] == "utils.llm.baselines:OracleModel"
 
 

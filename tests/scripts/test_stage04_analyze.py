@@ -8,10 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept import io
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.layouts import (
+    ALL_ATTRIBUTE_CSV,
+    ALL_REVISION_CSV,
+    ALL_SUMMARY_CSV,
+    MODEL_SUMMARY_CSV,
+    PLOT_NAMES,
+    all_models_dir,
+    repo_root,
+)
 
-SCRIPT = io.repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
+SCRIPT = repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
 ATTRS = ("distribution", "location", "severity/measurement", "comparison")
 
 
@@ -56,18 +64,18 @@ def _args(results, out, *extra):
 def test_all_models_default_writes_everything_and_prints_table(results, tmp_path, capsys):
     out = tmp_path / "out"
     assert _main()(_args(results, out)) == 0
-    all_dir = io.all_models_dir(out, "implicit")
-    for name in (io.ALL_SUMMARY_CSV, io.ALL_REVISION_CSV, io.ALL_ATTRIBUTE_CSV):
+    all_dir = all_models_dir(out, "implicit")
+    for name in (ALL_SUMMARY_CSV, ALL_REVISION_CSV, ALL_ATTRIBUTE_CSV):
         assert (all_dir / name).is_file()
-    for name in io.PLOT_NAMES:
+    for name in PLOT_NAMES:
         assert (all_dir / name).read_bytes().startswith(b"\x89PNG")
     assert (all_dir / "run_meta.json").is_file()
     for run in ("dummy_baseline", "random_baseline"):
-        assert (results / run / "oracle_implicit" / io.MODEL_SUMMARY_CSV).is_file()
+        assert (results / run / "oracle_implicit" / MODEL_SUMMARY_CSV).is_file()
     text = capsys.readouterr().out
     assert "dummy_baseline" in text and "random_baseline" in text
     assert "100.0" in text and "n/a" in text and str(all_dir) in text
-    summary = (all_dir / io.ALL_SUMMARY_CSV).read_text().splitlines()
+    summary = (all_dir / ALL_SUMMARY_CSV).read_text().splitlines()
     assert summary[0] == "path,model,setting,acc(stage1),acc(stage2),acc(stage3),acc(stage4),depth"
     assert summary[1] == ("revision_required,dummy_baseline,end_to_end,1.000000,1.000000,"
                           "1.000000,1.000000,4.000000")
@@ -78,10 +86,10 @@ def test_all_models_default_writes_everything_and_prints_table(results, tmp_path
 
 def test_rerun_gives_byte_identical_csvs(results, tmp_path):
     out = tmp_path / "out"
-    all_dir = io.all_models_dir(out, "implicit")
-    csvs = [all_dir / io.ALL_SUMMARY_CSV, all_dir / io.ALL_REVISION_CSV,
-            all_dir / io.ALL_ATTRIBUTE_CSV,
-            results / "dummy_baseline" / "oracle_implicit" / io.MODEL_SUMMARY_CSV]
+    all_dir = all_models_dir(out, "implicit")
+    csvs = [all_dir / ALL_SUMMARY_CSV, all_dir / ALL_REVISION_CSV,
+            all_dir / ALL_ATTRIBUTE_CSV,
+            results / "dummy_baseline" / "oracle_implicit" / MODEL_SUMMARY_CSV]
     assert _main()(_args(results, out)) == 0
     first = [p.read_bytes() for p in csvs]
     assert _main()(_args(results, out)) == 0
@@ -91,9 +99,9 @@ def test_rerun_gives_byte_identical_csvs(results, tmp_path):
 def test_single_model_mode_only_touches_that_run(results, tmp_path, capsys):
     out = tmp_path / "out"
     assert _main()(_args(results, out, "--provider", "dummy", "--model", "baseline")) == 0
-    assert (results / "dummy_baseline" / "oracle_implicit" / io.MODEL_SUMMARY_CSV).is_file()
-    assert not (results / "random_baseline" / "oracle_implicit" / io.MODEL_SUMMARY_CSV).exists()
-    assert not io.all_models_dir(out, "implicit").exists()
+    assert (results / "dummy_baseline" / "oracle_implicit" / MODEL_SUMMARY_CSV).is_file()
+    assert not (results / "random_baseline" / "oracle_implicit" / MODEL_SUMMARY_CSV).exists()
+    assert not all_models_dir(out, "implicit").exists()
     text = capsys.readouterr().out
     assert "dummy_baseline" in text and "random_baseline" not in text
 
@@ -110,7 +118,7 @@ def test_oracle_setting_alias_and_no_matching_runs_error(results, tmp_path):
     assert str(results) in str(exc.value) and "oracle_none" in str(exc.value)
     _write(results, "dummy_baseline2", setting="none")
     assert _main()(_args(results, tmp_path / "out", "--oracle-setting", "none")) == 0
-    assert (io.all_models_dir(tmp_path / "out", "none") / io.ALL_SUMMARY_CSV).is_file()
+    assert (all_models_dir(tmp_path / "out", "none") / ALL_SUMMARY_CSV).is_file()
 
 
 def test_invalid_file_error_exit_code_and_message(results, tmp_path, capsys):
@@ -130,7 +138,7 @@ def test_invalid_file_error_exit_code_and_message(results, tmp_path, capsys):
 def test_limit_and_help(results, tmp_path, capsys):
     assert _main()(_args(results, tmp_path / "out", "--model", "baseline", "--provider",
                          "dummy", "--limit", "1")) == 0
-    summary = (results / "dummy_baseline" / "oracle_implicit" / io.MODEL_SUMMARY_CSV)
+    summary = (results / "dummy_baseline" / "oracle_implicit" / MODEL_SUMMARY_CSV)
     assert summary.read_text().splitlines()[3].startswith("revision_free,dummy_baseline,"
                                                           "end_to_end,,")
     with pytest.raises(SystemExit):

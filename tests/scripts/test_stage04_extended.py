@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from chexpercept import io
+from chexpercept.layouts import ALL_SUMMARY_CSV, PLOT_NAMES, all_models_dir, repo_root
 from utils.cli import run_main
 
-ANALYZE = io.repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
-COMPARE = io.repo_root() / "src" / "04_analyze_eval_result" / "02_compare_runs.py"
+ANALYZE = repo_root() / "src" / "04_analyze_eval_result" / "01_analyze_model_performance.py"
+COMPARE = repo_root() / "src" / "04_analyze_eval_result" / "02_compare_runs.py"
 NEW_CSVS = ("stage_accuracy_ci.csv", "lesion_stage_accuracy.csv", "subquestion_accuracy.csv",
             "e2e_funnel.csv", "stage_status.csv")
 NEW_PLOTS = ("plot_lesion_heatmap.png", "plot_e2e_funnel.png")
@@ -87,10 +87,10 @@ def test_all_models_writes_new_tables_plots_report_and_chance(results, tmp_path)
     bench = _bench(tmp_path, KEYS)
     out = tmp_path / "out"
     assert _main(ANALYZE)(_args(results, out, "--benchmark-dir", str(bench))) == 0
-    all_dir = io.all_models_dir(out, "implicit")
+    all_dir = all_models_dir(out, "implicit")
     for name in NEW_CSVS:
         assert (all_dir / name).is_file()
-    for name in (*io.PLOT_NAMES, *NEW_PLOTS):
+    for name in (*PLOT_NAMES, *NEW_PLOTS):
         data = (all_dir / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 1000
     report = (all_dir / "report.md").read_text()
@@ -123,13 +123,13 @@ def test_all_models_writes_new_tables_plots_report_and_chance(results, tmp_path)
     assert status[("opensource_qwen3.6-27b_no_thinking", "stage1")]["rate(ok)"] == ""
     assert status[("dummy_baseline", "stage4")]["n_cases"] == "0"
     # release CSVs unchanged in layout: no chance row, no new columns
-    summary = (all_dir / io.ALL_SUMMARY_CSV).read_text().splitlines()
+    summary = (all_dir / ALL_SUMMARY_CSV).read_text().splitlines()
     assert len(summary) == 1 + 3 * 6 and "chance" not in "".join(summary)
 
 
 def test_rerun_is_byte_identical_and_seed_changes_intervals(results, tmp_path):
     out = tmp_path / "out"
-    all_dir = io.all_models_dir(out, "implicit")
+    all_dir = all_models_dir(out, "implicit")
     assert _main(ANALYZE)(_args(results, out, "--seed", "3")) == 0
     first = {n: (all_dir / n).read_bytes() for n in NEW_CSVS}
     assert _main(ANALYZE)(_args(results, out, "--seed", "3")) == 0
@@ -142,7 +142,7 @@ def test_missing_benchmark_gives_na_chance_and_one_warning(results, tmp_path, ca
     assert _main(ANALYZE)(_args(results, out, "--benchmark-dir", str(tmp_path / "nope"))) == 0
     err = capsys.readouterr().err
     assert err.count("chance rows are NA") == 1 and "nope" in err
-    rows = _rows(io.all_models_dir(out, "implicit") / "lesion_stage_accuracy.csv")
+    rows = _rows(all_models_dir(out, "implicit") / "lesion_stage_accuracy.csv")
     chance = [r for r in rows if r["model"] == "chance"]
     assert chance and all(r["value"] == "" for r in chance)
 
@@ -157,7 +157,7 @@ def test_single_model_mode_writes_new_tables_next_to_the_run(results, tmp_path):
     rows = _rows(run_dir / "stage_accuracy_ci.csv")
     assert {r["model"] for r in rows} == {"dummy_baseline", "chance"}
     assert all(r["ci_low"] == "" for r in rows)  # --bootstrap 0: no intervals
-    assert not io.all_models_dir(out, "implicit").exists()
+    assert not all_models_dir(out, "implicit").exists()
 
 
 def test_help_lists_new_flags(capsys):

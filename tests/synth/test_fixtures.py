@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from chexpercept.errors import MissingDependencyError
-from chexpercept.io import read_csv_rows
+from chexpercept.files import read_csv_rows
 from chexpercept.lesions import LESIONS
 from chexpercept.synth import REAL_DICOM_ID, RECIPE_VERSION, make_fixtures
 from chexpercept.synth._real import REAL_HEART, REAL_LEFT_LUNG, REAL_RIGHT_LUNG

@@ -202,6 +202,43 @@ class ChatModel(abc.ABC):
     #: whatever keywords its ``__init__`` names).
     config_class: ClassVar[type[ProviderConfig] | None] = None
 
+    #: What the provider is (docs/architecture.md, "Provider capabilities"): ``"api"`` calls a
+    #: hosted or served model (``--model`` is required; one process runs ``--concurrency``
+    #: requests at once, so Ray replicas add nothing); ``"engine"`` runs a model here (an
+    #: offline engine; plugins by default); ``"baseline"`` answers without a model (no tokens,
+    #: no cost, no ``--max-new-tokens``).
+    kind: ClassVar[str] = "engine"
+
+    #: One line for ``--provider``'s help (``registry.provider_listing``).
+    description: ClassVar[str] = ""
+
+    @classmethod
+    def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
+                     ) -> float | None:
+        """GPUs one Ray replica of this provider reserves with ``options`` (``--ray``).
+
+        Default: None (no Ray) for an API provider and for one that only runs per-case
+        pipelines (``supports_async`` on the class); 0 otherwise. An engine provider overrides
+        it (its tensor parallel size, or one GPU when the cluster has any).
+
+        Args:
+            model: ``--model``.
+            options: The provider options of the run.
+            cluster_gpus: GPUs the Ray cluster has in all.
+
+        Returns:
+            GPUs per replica, or None when replicas do not apply to this provider.
+
+        Raises:
+            ConfigError: For options a replica cannot run with (the message names the flag).
+        """
+        return None if cls.kind == "api" or cls.supports_async else 0.0
+
+    @classmethod
+    def replica_options(cls, options: Mapping[str, Any], gpus: float) -> dict[str, Any]:
+        """The options each replica is built with, given its ``gpus`` (default: ``options``)."""
+        return dict(options)
+
     def __init__(self, model: str) -> None:
         self.model = model
 

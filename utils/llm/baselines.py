@@ -41,6 +41,8 @@ class DummyModel(ChatModel):
     """
 
     provider = "dummy"
+    kind = "baseline"
+    description = "always option 1"
     config_class = ProviderConfig
 
     def __init__(self, model: str = "baseline", config: ProviderConfig | None = None,
@@ -63,6 +65,8 @@ class RandomModel(ChatModel):
     """
 
     provider = "random"
+    kind = "baseline"
+    description = "seeded uniform answers"
     config_class = RandomConfig
 
     def __init__(self, model: str = "baseline", config: RandomConfig | None = None,
@@ -103,6 +107,8 @@ class OracleModel(ChatModel):
     """
 
     provider = "oracle"
+    kind = "baseline"
+    description = "the ground truth, checks the chain"
     config_class = ProviderConfig
     needs_answer_key = True
 

@@ -98,6 +98,8 @@ class GeminiChatModel(ApiChatModel):
     """
 
     provider = "gemini"
+    kind = "api"
+    description = "Gemini Developer API or Vertex AI"
     config_class = GeminiConfig
 
     def __init__(self, model: str, config: GeminiConfig | None = None, *,

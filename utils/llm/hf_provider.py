@@ -29,6 +29,7 @@ import importlib.util
 import logging
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from utils.deps import require
@@ -142,6 +143,13 @@ class TransformersChatModel(ChatModel):
     """
 
     provider = "transformers"
+    description = "any image-text-to-text model, CPU or GPU"
+
+    @classmethod
+    def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
+                     ) -> float | None:
+        """GPUs of one Ray replica: 1 when the cluster has GPUs and ``--device`` is not cpu."""
+        return 1.0 if cluster_gpus > 0 and options.get("device") != "cpu" else 0.0
     config_class = TransformersConfig
 
     def __init__(self, model: str, config: TransformersConfig | None = None,

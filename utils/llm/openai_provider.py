@@ -229,6 +229,9 @@ class OpenAIChatModel(ApiChatModel):
     """
 
     provider = "openai"
+    kind = "api"
+    description = ("OpenAI, or any OpenAI-compatible server such as vLLM or SGLang with "
+                   "--base-url")
     config_class = OpenAIConfig
     _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
     _section = "openai"
@@ -771,6 +774,7 @@ class AzureOpenAIChatModel(OpenAIChatModel):
     """
 
     provider = "azure"
+    description = "Azure OpenAI deployments"
     config_class = AzureConfig
     _env_keys = ("AZURE_OPENAI_API_KEY",)
     _section = "azure"

@@ -14,15 +14,25 @@ constructor names (``env``, ``http_client``, ...).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from utils.errors import ConfigError
 from utils.llm.base import ChatModel
-from utils.llm.settings import RUN_OPTIONS, ProviderConfig, unknown_options_message
+from utils.llm.settings import (
+    CONFIG_CLASSES,
+    RUN_OPTIONS,
+    ProviderConfig,
+    field_docs,
+    unknown_options_message,
+)
 
 #: Every registered provider name and its implementation (``module:Class``).
 PROVIDERS: dict[str, str] = {
@@ -39,6 +49,9 @@ PROVIDERS: dict[str, str] = {
 #: Providers that call no model; their default ``--model`` is ``baseline``.
 BASELINE_PROVIDERS: tuple[str, ...] = ("dummy", "random", "oracle")
 
+#: ``--provider`` when none is given, and the provider of ``--debug`` (the release's defaults).
+DEFAULT_PROVIDER = "opensource"
+DEBUG_PROVIDER = "dummy"
 #: Default ``--model`` for providers that serve real models (the release's default alias).
 DEFAULT_MODEL = "medgemma1.5"
 BASELINE_MODEL = "baseline"
@@ -197,3 +210,115 @@ def create_model(name: str, model: str | None = None, *, config: ProviderConfig 
     if config is not None:
         return cls(model or default_model(name), config, **options)
     return cls(model or default_model(name), **options)
+
+
+# -- Stage 03 flags of the providers' options (one generic rule) --------------------------------
+#: Flags that set the run, not one provider's option: ``evaluate`` takes them itself (a
+#: provider whose config has such a field gets it from there; docs/architecture.md, "Provider
+#: capabilities").
+RUN_FLAGS = frozenset({"--seed", "--no-thinking", "--concurrency"})
+
+
+@dataclass(frozen=True)
+class ProviderFlag:
+    """One Stage 03 flag that sets a provider option.
+
+    Attributes:
+        flag: ``--kebab-case`` flag, as recorded by the option's config field.
+        option: The option (config field) it sets; the same name in every config.
+        value_type: ``"int"``, ``"float"``, ``"json"`` (a JSON object) or ``"str"`` (from the
+            field's annotation).
+        help: The field's attribute docstring (the first config that has it).
+        providers: The registered providers whose config has the field, registry order.
+    """
+
+    flag: str
+    option: str
+    value_type: str
+    help: str
+    providers: tuple[str, ...]
+
+
+def _value_type(annotation: Any) -> str:
+    text = str(annotation)
+    return ("json" if "dict" in text or "Mapping" in text else "int" if "int" in text
+            else "float" if "float" in text else "str")
+
+
+def _config_class_of(name: str) -> type[ProviderConfig] | None:
+    """The config class of a registered provider (read from the settings module alone)."""
+    return next((c for c in CONFIG_CLASSES if c.provider == name), None)
+
+
+@functools.cache
+def provider_flags() -> tuple[ProviderFlag, ...]:
+    """Every provider-option flag of the registered providers, in registry then field order.
+
+    Built from the config classes' recorded flags (:func:`utils.llm.settings.option`), so a
+    new option or provider brings its flag with it; :data:`RUN_FLAGS` are left out.
+
+    Raises:
+        RuntimeError: If two configs bind one flag to different options (a programming error).
+    """
+    found: dict[str, ProviderFlag] = {}
+    for name in PROVIDERS:
+        cls = _config_class_of(name)
+        if cls is None:
+            continue
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            flag = f.metadata.get("flag")
+            if not flag or flag in RUN_FLAGS:
+                continue
+            seen = found.get(flag)
+            if seen is not None and seen.option != f.name:
+                raise RuntimeError(f"{flag} sets {seen.option} and {f.name}")
+            found[flag] = ProviderFlag(flag, f.name, _value_type(f.type),
+                                       seen.help if seen else docs.get(f.name, ""),
+                                       (*(seen.providers if seen else ()), name))
+    return tuple(found.values())
+
+
+def flag_options(provider: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The provider flags given on the command line as options of ``provider``.
+
+    The one rule: a flag sets the option its config field records; a flag the provider's
+    config lacks is refused, naming the providers that take it. A plugin without a config
+    class gets every given flag as its option.
+
+    Args:
+        provider: A registered name or a plugin spec.
+        given: Flag (``--kebab-case``) -> value, for the flags that were given.
+
+    Returns:
+        Option name -> value.
+
+    Raises:
+        ConfigError: For a flag ``provider`` does not take, or a flag no provider has.
+    """
+    table = {f.flag: f for f in provider_flags()}
+    config = provider_class(provider).config_class if is_plugin_spec(provider) else \
+        _config_class_of(provider)
+    takes = None if config is None and is_plugin_spec(provider) else \
+        {f.metadata.get("flag") for f in dataclasses.fields(config)} if config else set()
+    options = {}
+    for flag, value in given.items():
+        spec = table.get(flag)
+        if spec is None:
+            raise ConfigError(f"{flag} is not an option of any provider")
+        if takes is not None and flag not in takes:
+            raise ConfigError(f"{flag} applies to --provider {' / '.join(spec.providers)}, not "
+                              f"{provider}")
+        options[spec.option] = value
+    return options
+
+
+def providers_of_kind(kind: str) -> list[str]:
+    """The registered providers of one kind (``ChatModel.kind``: api, engine, baseline)."""
+    return [name for name in available_providers() if provider_class(name).kind == kind]
+
+
+def provider_listing() -> str:
+    """``name (description)`` of every available provider, for ``--provider``'s help."""
+    return "; ".join(f"{name} ({provider_class(name).description or 'provider'})"
+                     for name in available_providers())

@@ -443,6 +443,8 @@ class AzureConfig(OpenAIConfig):
     base_url: str | None = option(None, text(), "--base-url")
     """Endpoint that replaces ``AZURE_OPENAI_ENDPOINT`` / ``azure.endpoint`` (e.g. a loopback
     server in tests); kept as given."""
+    server_wait_s: float = option(DEFAULT_SERVER_WAIT_S, number(at_least=0))
+    """Not used: an Azure deployment is not waited for (no ``--server-wait``)."""
 
     def _normalise(self) -> None:
         check_base_url(self.base_url)  # the endpoint is recorded as given

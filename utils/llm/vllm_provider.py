@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +248,36 @@ class VLLMChatModel(ChatModel):
     """
 
     provider = "opensource"
+    description = "vLLM offline engine, GPU or vLLM's CPU build"
     config_class = VLLMConfig
+
+    @classmethod
+    def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
+                     ) -> float | None:
+        """GPUs of one Ray replica (``--tensor-parallel-size``, else ``gpu_num``, else 1).
+
+        Raises:
+            ConfigError: For ``--vllm-engine async`` (a replica takes its turn batch in one
+                call).
+        """
+        if options.get("engine") == "async":
+            raise ConfigError("--ray: each replica takes its turn batch in one call; use the "
+                              "default --vllm-engine batched with --ray")
+        if options.get("tensor_parallel_size"):
+            return float(options["tensor_parallel_size"])
+        try:
+            spec = resolve_model(model, cls.provider, model_path=options.get("model_path"))
+        except ConfigError:
+            return 1.0
+        return float(spec.gpu_num or 1)
+
+    @classmethod
+    def replica_options(cls, options: Mapping[str, Any], gpus: float) -> dict[str, Any]:
+        """``options`` with the tensor parallel size set to the replica's GPUs (when >= 1)."""
+        out = dict(options)
+        if gpus >= 1 and "tensor_parallel_size" not in out:
+            out["tensor_parallel_size"] = int(gpus)
+        return out
 
     def __init__(self, model: str, config: VLLMConfig | None = None, **options: Any) -> None:
         super().__init__(model)

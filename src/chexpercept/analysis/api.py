@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.analysis._workers import usable_cpus
 from chexpercept.analysis.chance import load_chance_or_none
 from chexpercept.analysis.compare import (
@@ -48,6 +47,9 @@ from chexpercept.analysis.release_tables import (
 )
 from chexpercept.analysis.runs import discover_runs, run_from_dir
 from chexpercept.analysis.viewer import prepare_viewer_dir, write_viewer_index
+from chexpercept.files import write_csv_atomic
+from chexpercept.layouts import all_models_dir, repo_root
+from chexpercept.provenance import write_run_meta
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     benchmark = load_chance_or_none(benchmark_dir)  # question probabilities only
     result = AnalysisResult([])
     if all_models:
-        result.out_dir = out_dir = io.all_models_dir(output_dir, oracle_setting)
+        result.out_dir = out_dir = all_models_dir(output_dir, oracle_setting)
     viewer_dir = prepare_viewer_dir(out_dir) if all_models and viewer else None
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
                           image_max_side=viewer_image_max_side)
@@ -163,12 +165,12 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         result.written.append(write_report(out_dir, render_report(
             result.analyses, chance, oracle_setting=oracle_setting, n_boot=bootstrap,
             seed=seed, benchmark_note=note, plots=plots, viewer=result.viewer)))
-        result.written.append(io.write_run_meta(
+        result.written.append(write_run_meta(
             out_dir, stage="04",
             config={"results_dir": str(results_dir), "oracle_setting": oracle_setting,
                     "limit": limit, **dict(meta or {}), "benchmark_dir": str(benchmark_dir),
                     "bootstrap": bootstrap},
-            seeds={"bootstrap": seed}, repo_root=io.repo_root(),
+            seeds={"bootstrap": seed}, repo_root=repo_root(),
             extra={"runs": [str(r.all_results) for r in runs]}))
     else:
         for analysis in result.analyses:
@@ -236,7 +238,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, output_dir: str | Path
     out_root = Path(output_dir) if output_dir is not None else Path(
         os.path.commonpath([ref_a.run_dir.resolve(), ref_b.run_dir.resolve()]))
     out = out_root / "paired_comparisons" / f"{label_a}_vs_{label_b}.csv"
-    io.write_csv_atomic(out, [{k: _compare_cell(k, v) for k, v in r.as_row().items()}
+    write_csv_atomic(out, [{k: _compare_cell(k, v) for k, v in r.as_row().items()}
                               for r in rows], COMPARE_COLUMNS)
     logger.info("done: compared %d case(s), %d row(s), 0 failed; output %s", a.table.n_cases,
                 len(rows), out)

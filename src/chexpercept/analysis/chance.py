@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from chexpercept import io
 from chexpercept.analysis.case_table import (
     METRIC_INDEX,
     METRICS,
@@ -26,6 +25,7 @@ from chexpercept.analysis.case_table import (
     layout,
 )
 from chexpercept.errors import ChexperceptError
+from chexpercept.files import read_json
 from chexpercept.lesions import (
     LESIONS,
     NO_ATTRIBUTE_LESIONS,
@@ -172,7 +172,7 @@ def load_chance_or_none(benchmark_dir: str | Path | None
         return None
     path = Path(benchmark_dir) / "chexpercept.json"
     try:
-        data = io.read_json(path)
+        data = read_json(path)
     except ChexperceptError as exc:
         logger.warning("benchmark not available (%s): chance rows are NA",
                        str(exc).splitlines()[0])

@@ -44,7 +44,7 @@ from chexpercept.analysis.release_tables import (
     run_metrics,
 )
 from chexpercept.analysis.runs import RunRef
-from chexpercept.io import write_csv_atomic
+from chexpercept.files import write_csv_atomic
 from chexpercept.lesions import QA_PATHS
 from chexpercept.schema import STATUSES, BenchmarkItem
 

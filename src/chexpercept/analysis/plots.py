@@ -1,4 +1,4 @@
-"""Stage 04: the release's four plots (``io.PLOT_NAMES``) and two more, in ``all_models_*/``.
+"""Stage 04: the release's four plots (``layouts.PLOT_NAMES``) and two more, in ``all_models_*/``.
 
 Layout, colours and formats follow the original release's plots (dpi 150; docs/metrics.md,
 "Output files"). An empty bucket (NaN) is drawn as "n/a", never as 0 (docs/differences.md
@@ -15,7 +15,7 @@ versions. Each figure's raster is encoded in place and freed before the next fig
 from __future__ import annotations
 
 import functools
-import io as _io
+import io
 import math
 import re
 import textwrap
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.analysis._memory import release_free_memory
 from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.case_table import MAX_DEPTH, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
 from chexpercept.analysis.release_tables import RunMetrics
+from chexpercept.files import write_bytes_atomic
+from chexpercept.layouts import PLOT_NAMES
 from chexpercept.lesions import LESIONS, PATH_STAGES, QA_PATHS
 from chexpercept.schema import ATTRIBUTE_KEYS
 
@@ -126,9 +127,9 @@ def wrap_title(title: str, width_in: float, size_pt: float) -> str:
 
 def _write_png(image: Any, path: Path) -> Path:
     """Encode a PIL image as PNG (no metadata, so re-runs give the same bytes) atomically."""
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     image.save(buf, format="png", compress_level=PNG_COMPRESS_LEVEL)
-    io.write_bytes_atomic(path, buf.getvalue())
+    write_bytes_atomic(path, buf.getvalue())
     return path
 
 
@@ -561,7 +562,7 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
 
     Args:
         all_metrics: Metrics of every run, in run order (at least one).
-        out_dir: ``io.all_models_dir(output_dir, oracle_setting)``.
+        out_dir: ``layouts.all_models_dir(output_dir, oracle_setting)``.
         oracle_setting: Stage 03 oracle setting (shown in titles).
         analyses: The runs' :class:`RunAnalysis` (CIs, per-lesion cells), optional.
         chance: The chance baseline, optional.
@@ -569,10 +570,10 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
             files are byte-identical for any value).
 
     Returns:
-        The PNG paths: ``io.PLOT_NAMES`` order, then :data:`EXTRA_PLOT_NAMES` with analyses.
+        The PNG paths: ``layouts.PLOT_NAMES`` order, then :data:`EXTRA_PLOT_NAMES` with analyses.
     """
     out_dir = Path(out_dir)
-    names = dict(zip(("stage", "revision", "attribute", "depth"), io.PLOT_NAMES, strict=True))
+    names = dict(zip(("stage", "revision", "attribute", "depth"), PLOT_NAMES, strict=True))
     models = [m.model for m in all_metrics]
     rev = [[m.revision_detail[0][f"acc({k})"] for k in REVISION_KEYS] for m in all_metrics]
     att = [[m.attribute_detail[0][f"acc({k})"] for k in ATTRIBUTE_KEYS] for m in all_metrics]

@@ -4,9 +4,9 @@ Per run, :func:`run_metrics` reduces a :class:`~chexpercept.analysis.case_table.
 the release's rows (docs/metrics.md, "Stage accuracy", "End-to-end and oracle-passed",
 "Depth", "Sub-questions"): ``model_performance_summary.csv`` (``schema.SUMMARY_COLUMNS``) and
 the two detail CSVs (``schema.REVISION_DETAIL_COLUMNS``, ``schema.ATTRIBUTE_DETAIL_COLUMNS``),
-written next to each ``all_results.json`` (``io.MODEL_*_CSV``) and, every run's rows
-together, in ``io.all_models_dir`` (``io.ALL_*_CSV``); docs/metrics.md, "Output files". Values
-are written with :data:`FLOAT_FORMAT` and an empty bucket as an empty cell
+written next to each ``all_results.json`` (``layouts.MODEL_*_CSV``) and, every run's rows
+together, in ``layouts.all_models_dir`` (``layouts.ALL_*_CSV``); docs/metrics.md, "Output
+files". Values are written with :data:`FLOAT_FORMAT` and an empty bucket as an empty cell
 (docs/differences.md D43), so re-runs give byte-identical CSVs.
 """
 
@@ -20,9 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from chexpercept import io
 from chexpercept.analysis.case_table import METRIC_INDEX, REVISION_KEYS, CaseTable
 from chexpercept.errors import SchemaError
+from chexpercept.files import write_csv_atomic
+from chexpercept.layouts import (
+    ALL_ATTRIBUTE_CSV,
+    ALL_REVISION_CSV,
+    ALL_SUMMARY_CSV,
+    MODEL_ATTRIBUTE_CSV,
+    MODEL_REVISION_CSV,
+    MODEL_SUMMARY_CSV,
+)
 from chexpercept.lesions import QA_PATHS
 from chexpercept.schema import (
     ATTRIBUTE_DETAIL_COLUMNS,
@@ -160,12 +168,12 @@ def write_model_csvs(metrics: RunMetrics, run_dir: str | Path) -> list[Path]:
     """
     run_dir = Path(run_dir)
     out = [
-        (run_dir / io.MODEL_SUMMARY_CSV, metrics.summary, SUMMARY_COLUMNS),
-        (run_dir / io.MODEL_REVISION_CSV, metrics.revision_detail, REVISION_DETAIL_COLUMNS),
-        (run_dir / io.MODEL_ATTRIBUTE_CSV, metrics.attribute_detail, ATTRIBUTE_DETAIL_COLUMNS),
+        (run_dir / MODEL_SUMMARY_CSV, metrics.summary, SUMMARY_COLUMNS),
+        (run_dir / MODEL_REVISION_CSV, metrics.revision_detail, REVISION_DETAIL_COLUMNS),
+        (run_dir / MODEL_ATTRIBUTE_CSV, metrics.attribute_detail, ATTRIBUTE_DETAIL_COLUMNS),
     ]
     for path, rows, columns in out:
-        io.write_csv_atomic(path, _formatted(rows), columns)
+        write_csv_atomic(path, _formatted(rows), columns)
     return [p for p, _, _ in out]
 
 
@@ -174,22 +182,22 @@ def write_all_models_csvs(all_metrics: Sequence[RunMetrics], out_dir: str | Path
 
     Args:
         all_metrics: Metrics of every run, in discovery (sorted folder) order.
-        out_dir: ``io.all_models_dir(output_dir, oracle_setting)``.
+        out_dir: ``layouts.all_models_dir(output_dir, oracle_setting)``.
 
     Returns:
         Paths written (summary, contour revision detail, attribute detail).
     """
     out_dir = Path(out_dir)
     out = [
-        (out_dir / io.ALL_SUMMARY_CSV, [r for m in all_metrics for r in m.summary],
+        (out_dir / ALL_SUMMARY_CSV, [r for m in all_metrics for r in m.summary],
          SUMMARY_COLUMNS),
-        (out_dir / io.ALL_REVISION_CSV, [r for m in all_metrics for r in m.revision_detail],
+        (out_dir / ALL_REVISION_CSV, [r for m in all_metrics for r in m.revision_detail],
          REVISION_DETAIL_COLUMNS),
-        (out_dir / io.ALL_ATTRIBUTE_CSV, [r for m in all_metrics for r in m.attribute_detail],
+        (out_dir / ALL_ATTRIBUTE_CSV, [r for m in all_metrics for r in m.attribute_detail],
          ATTRIBUTE_DETAIL_COLUMNS),
     ]
     for path, rows, columns in out:
-        io.write_csv_atomic(path, _formatted(rows), columns)
+        write_csv_atomic(path, _formatted(rows), columns)
     return [p for p, _, _ in out]
 
 

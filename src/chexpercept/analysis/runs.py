@@ -12,9 +12,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from chexpercept import io
 from chexpercept.errors import InputError
-from chexpercept.layouts import NO_THINKING_SUFFIX, parse_run_name
+from chexpercept.layouts import NO_THINKING_SUFFIX, all_results_path, parse_run_name
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class RunRef:
     @property
     def all_results(self) -> Path:
         """``<run_dir>/all_results.json``."""
-        return io.all_results_path(self.run_dir)
+        return all_results_path(self.run_dir)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -106,7 +105,7 @@ def discover_runs(results_dir: str | Path, oracle_setting: str, *, provider: str
             continue
         if safe_model is not None and mod != safe_model:
             continue
-        if not io.all_results_path(run_dir).is_file():
+        if not all_results_path(run_dir).is_file():
             logger.debug("skipping %s: no oracle_%s/all_results.json", entry, oracle_setting)
             continue
         runs.append(RunRef(name=entry.name, provider=prov, model=mod,
@@ -139,7 +138,7 @@ def run_from_dir(path: str | Path) -> RunRef:
     """
     path = Path(path)
     run_dir = path.parent if path.name == "all_results.json" else path
-    if not io.all_results_path(run_dir).is_file():
+    if not all_results_path(run_dir).is_file():
         raise InputError(f"no all_results.json in {run_dir} (pass a Stage 03 run folder "
                          f"<results-dir>/<provider>_<model>/oracle_<setting>/)")
     setting = run_dir.name.removeprefix("oracle_")

@@ -37,9 +37,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.analysis.runs import RunRef
 from chexpercept.errors import InputError
+from chexpercept.files import write_bytes_atomic, write_text_atomic
 from chexpercept.lesions import (
     LESIONS,
     NO_ATTRIBUTE_LESIONS,
@@ -240,7 +240,7 @@ def _write_small_copy(src: Path, target: Path, max_side: int) -> None:
     image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     buf = _io.BytesIO()
     image.save(buf, format="jpeg", quality=85)
-    io.write_bytes_atomic(target, buf.getvalue())
+    write_bytes_atomic(target, buf.getvalue())
 
 
 def _stage_codes(record: Mapping[str, Any], lesion: str, qa_path: str) -> tuple[str, int]:
@@ -490,10 +490,10 @@ def write_viewer_index(parts: Sequence[ViewerPart], viewer_dir: Path, *,
              "lesion": lesion_of, "path": path_of, "runs": index_runs,
              "results": results_index}
     data_dir = viewer_dir / "data"
-    io.write_text_atomic(data_dir / "index.js", f"window.CHEX_INDEX = {_dump(index)};\n")
+    write_text_atomic(data_dir / "index.js", f"window.CHEX_INDEX = {_dump(index)};\n")
     assets = resources.files("chexpercept.analysis") / "viewer_assets"
     for name in ASSET_FILES:
-        io.write_bytes_atomic(viewer_dir / name, (assets / name).read_bytes())
+        write_bytes_atomic(viewer_dir / name, (assets / name).read_bytes())
     logger.info("viewer of %d run(s), %d case(s): %s", len(parts), n, viewer_dir / VIEWER_HTML)
     return viewer_dir / VIEWER_HTML
 
@@ -563,7 +563,7 @@ def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], vie
 
 
 def _write_chunk(data_dir: Path, r: int, c: int, chunk: Mapping[str, Any]) -> None:
-    io.write_text_atomic(data_dir / f"r{r}_c{c}.js", f"window.chexChunk({r},{c},{_dump(chunk)});\n")
+    write_text_atomic(data_dir / f"r{r}_c{c}.js", f"window.chexChunk({r},{c},{_dump(chunk)});\n")
 
 
 def _known_lesion(key_id: str) -> bool:

@@ -29,7 +29,8 @@ import numpy as np
 from chexpercept.anatomy.backends import LAYOUT_CHEXMASK, AnatomySegmenter, resolve_device
 from chexpercept.anatomy.names import CHEXMASK_FILES
 from chexpercept.errors import ConfigError, SchemaError
-from chexpercept.io import WORK_SIZE, repo_root
+from chexpercept.images import WORK_SIZE
+from chexpercept.layouts import repo_root
 from utils.deps import import_from_checkout, require
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import numpy as np
 
 from chexpercept.anatomy.backends import LAYOUT_CXAS, AnatomySegmenter, resolve_device
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import WORK_SIZE
+from chexpercept.images import WORK_SIZE
 from utils.deps import require
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def check_cxr_batch(images: Sequence[np.ndarray]) -> np.ndarray:
     wrongly without an error (an empty mask, a grown mask, edges moved), so it is refused.
 
     Args:
-        images: Each (1024, 1024) uint8 grayscale CXR (``chexpercept.io.read_cxr``).
+        images: Each (1024, 1024) uint8 grayscale CXR (``chexpercept.images.read_cxr``).
 
     Returns:
         (B, 1, 1024, 1024) float32 in [-1024, 1024].
@@ -170,7 +170,7 @@ def check_cxr_batch(images: Sequence[np.ndarray]) -> np.ndarray:
         arrays.append(arr)
     if problems:
         raise InputError(f"{_FEATURE} expects (1024, 1024) uint8 working-frame CXRs (values "
-                         f"0-255, as chexpercept.io.read_cxr returns; docs/deformation.md, "
+                         f"0-255, as chexpercept.images.read_cxr returns; docs/deformation.md, "
                          f"'Anatomy masks'), got " + "; ".join(problems))
     if not arrays:
         return np.zeros((0, 1, WORK_SIZE, WORK_SIZE), np.float32)

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexpercept import io
 from chexpercept.anatomy.generate import AnatomyReport, create_segmenters, generate_anatomy
 from chexpercept.callbacks import OnLogDir, Progress
+from chexpercept.files import read_csv_rows, write_json_atomic
+from chexpercept.layouts import CurationLayout, DeformationLayout, repo_root, stage_output_dir
+from chexpercept.provenance import package_versions, write_run_meta
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import ChexperceptConfig
@@ -43,7 +45,7 @@ class AnatomyMasksRun:
 
     report: AnatomyReport
     meta_csv: Path
-    layout: io.DeformationLayout
+    layout: DeformationLayout
 
     def line(self) -> str:
         """The stage's last log line (counts summed over the sources)."""
@@ -86,25 +88,25 @@ def generate_anatomy_masks(
         InputError: If the sheet or a required provided mask is missing (all listed).
         MissingDependencyError: If a backend's packages or checkout are missing.
     """
-    out01 = Path(output_dir) if output_dir else io.stage_output_dir("01", cfg.path.work_dir)
-    layout = io.DeformationLayout(out01)
+    out01 = Path(output_dir) if output_dir else stage_output_dir("01", cfg.path.work_dir)
+    layout = DeformationLayout(out01)
     if on_log_dir is not None:
         on_log_dir(layout.logs_dir)
     backend = "+".join(cfg.anatomy.backend)  # names checked by the config schema
     segmenters, provided_layouts = create_segmenters(cfg)  # loads models; fails before work
-    sheet = Path(meta_csv) if meta_csv else io.CurationLayout(
-        io.stage_output_dir("00", cfg.path.work_dir)).positive_sheet()
-    rows = io.read_csv_rows(sheet, required=("dicom_id",))
+    sheet = Path(meta_csv) if meta_csv else CurationLayout(
+        stage_output_dir("00", cfg.path.work_dir)).positive_sheet()
+    rows = read_csv_rows(sheet, required=("dicom_id",))
     dicom_ids = [r["dicom_id"].strip() for r in rows if r["dicom_id"].strip()]
     logger.info("anatomy (%s): %d row(s), %d unique dicom(s) from %s", backend, len(rows),
                 len(set(dicom_ids)), sheet)
     report = generate_anatomy(cfg, dicom_ids, layout, segmenters=segmenters,
                               provided_layouts=provided_layouts, progress=progress)
-    io.write_json_atomic(layout.anatomy_summary_json, report.to_json())
-    io.write_run_meta(out01, stage="01.00", config=cfg, seeds={"seed": cfg.seed},
-                      repo_root=io.repo_root(),
+    write_json_atomic(layout.anatomy_summary_json, report.to_json())
+    write_run_meta(out01, stage="01.00", config=cfg, seeds={"seed": cfg.seed},
+                      repo_root=repo_root(),
                       extra={"meta_csv": str(sheet),
-                             "model_packages": io.package_versions(["torch", "torchxrayvision"])})
+                             "model_packages": package_versions(["torch", "torchxrayvision"])})
     return AnatomyMasksRun(report=report, meta_csv=sheet, layout=layout)
 
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import WORK_SIZE, anatomy_mask_path, read_cxr, write_mask
+from chexpercept.images import WORK_SIZE, read_cxr, write_mask
+from chexpercept.layouts import anatomy_mask_path
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import AnatomyConfig

@@ -22,7 +22,7 @@ from chexpercept.anatomy.backends import (
 )
 from chexpercept.anatomy.provided import AnatomyPrepSummary, prepare_provided_anatomy
 from chexpercept.errors import ConfigError
-from chexpercept.io import DeformationLayout
+from chexpercept.layouts import DeformationLayout
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import ChexperceptConfig

@@ -26,13 +26,9 @@ from chexpercept.anatomy.names import (
     ZONE_SOURCES,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import (
-    anatomy_mask_path,
-    mask_to_frame,
-    read_frame_transform,
-    read_mask,
-    write_mask,
-)
+from chexpercept.frame import mask_to_frame, read_frame_transform
+from chexpercept.images import read_mask, write_mask
+from chexpercept.layouts import anatomy_mask_path
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +112,7 @@ def prepare_provided_anatomy(
     when present. With ``frame`` ``original`` and a Stage 00 transform recorded for the dicom
     (``<cxr_dir>/<dicom_id>.transform.json``), each mask is taken to cover the original CXR (at
     its own size, or stretched to a square) and mapped like the image
-    (:func:`chexpercept.io.mask_to_frame`: resize to the original H x W, then letterbox or
+    (:func:`chexpercept.frame.mask_to_frame`: resize to the original H x W, then letterbox or
     stretch); otherwise (``frame`` ``work`` or no transform) it is resized (nearest) to
     1024 × 1024. Masks are written as 0/255 L PNGs, atomically. A dicom whose outputs all
     exist is skipped (resume). When a source folder is the

@@ -28,7 +28,7 @@ import numpy as np
 
 from chexpercept.curation.segmenters import EmptyPredictionError, Segmenter, SegmentResult
 from chexpercept.errors import ConfigError
-from chexpercept.io import repo_root
+from chexpercept.layouts import repo_root
 from utils.deps import import_from_checkout, require
 
 if TYPE_CHECKING:

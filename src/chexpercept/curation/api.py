@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chexpercept import io
 from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import candidates, public, sampling
@@ -41,7 +40,11 @@ from chexpercept.curation.sheets import (
 )
 from chexpercept.curation.sources import MIMIC_ILS
 from chexpercept.errors import ConfigError, InputError
+from chexpercept.files import read_json, write_csv_atomic, write_json_atomic
+from chexpercept.frame import transforms_index
+from chexpercept.layouts import CurationLayout, repo_root, stage_output_dir
 from chexpercept.lesions import LESIONS
+from chexpercept.provenance import write_run_meta
 from chexpercept.schema import (
     NEGATIVE_SHEET_COLUMNS,
     POSITIVE_PART_SHEET_COLUMNS,
@@ -70,7 +73,7 @@ def stage00_dir(work_dir: str | Path | None, output_dir: str | Path | None = Non
         work_dir: Config ``path.work_dir`` (None: ``src/00_source_data_curation/outputs``).
         output_dir: An explicit folder (``--output-dir``), or None.
     """
-    return Path(output_dir) if output_dir else io.stage_output_dir("00", work_dir)
+    return Path(output_dir) if output_dir else stage_output_dir("00", work_dir)
 
 
 # --------------------------------------------------------------------------------------
@@ -134,8 +137,8 @@ def _check_sampling_inputs(cfg: ChexperceptConfig, config_path: str | Path | Non
                          f"(config path.mimic_ils_path in {where})")
 
 
-def _load_selection(layout: io.CurationLayout) -> sampling.SourcePool:
-    return sampling.SourcePool(*(io.read_json(layout.segmentation_info(kind))
+def _load_selection(layout: CurationLayout) -> sampling.SourcePool:
+    return sampling.SourcePool(*(read_json(layout.segmentation_info(kind))
                                  for kind in ("global", "basic", "negative")))
 
 
@@ -159,7 +162,7 @@ def _filtered_pool(cfg: ChexperceptConfig, split_csv: str | None
     return pool, dropped
 
 
-def _draw(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, split_csv: str | None,
+def _draw(cfg: ChexperceptConfig, layout: CurationLayout, seed: int, split_csv: str | None,
           digest: str, params: dict[str, Any]) -> sampling.Selection:
     """Sample afresh and write the three segmentation-info JSONs and ``sampling_summary.json``."""
     cur = cfg.source_data_curation
@@ -168,8 +171,8 @@ def _draw(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, split_cs
                                      negatives_per_lesion=cur.samples_per_lesion_negative)
     for kind, bucket in (("global", selection.global_info), ("basic", selection.basic_info),
                          ("negative", selection.negative_info)):
-        io.write_json_atomic(layout.segmentation_info(kind), bucket, indent=4)
-    io.write_json_atomic(layout.sampling_summary, {
+        write_json_atomic(layout.segmentation_info(kind), bucket, indent=4)
+    write_json_atomic(layout.sampling_summary, {
         "inputs_hash": digest, "params": params, "pool": pool.counts(),
         "selected": selection.counts(), "dropped": dropped,
         "shortfalls": selection.shortfalls})
@@ -194,7 +197,7 @@ def _prepare_cxrs(cfg: ChexperceptConfig, images: dict[str, str], *, skip: bool,
                                  else iter)
         logger.info("CXR PNGs in %s (%s): %d converted, %d already there; transforms in %s",
                     cxr_dir, mode, summary.converted, summary.skipped,
-                    io.transforms_index(cxr_dir))
+                    transforms_index(cxr_dir))
         return summary
     missing = [f"{d}: {prepared_png(cxr_dir, d)}" for d in images
                if not prepared_png(cxr_dir, d).is_file()]
@@ -246,7 +249,7 @@ def sample_mimic_ils_cases(
     seed = cfg.seed if seed is None else seed
     cur = cfg.source_data_curation
     out = stage00_dir(cfg.path.work_dir, output_dir)
-    layout = io.CurationLayout(out)
+    layout = CurationLayout(out)
     if on_log_dir is not None:
         on_log_dir(out)
     if list(cur.source) != [MIMIC_ILS]:
@@ -258,7 +261,7 @@ def sample_mimic_ils_cases(
     digest = sampling.inputs_hash([cfg.path.mimic_ils_path, cfg.path.mimic_meta_path,
                                    split_csv], params)
     outputs = [layout.segmentation_info(k) for k in ("global", "basic", "negative")]
-    previous = (io.read_json(layout.sampling_summary) if layout.sampling_summary.is_file()
+    previous = (read_json(layout.sampling_summary) if layout.sampling_summary.is_file()
                 else {})
     reused = (not force and all(p.is_file() for p in outputs)
               and previous.get("inputs_hash") == digest)
@@ -273,15 +276,15 @@ def sample_mimic_ils_cases(
                     len(selection.global_info[lesion]), len(selection.basic_info[lesion]),
                     len(selection.negative_info[lesion]))
     images = sampling.selected_dicoms(selection)
-    io.write_json_atomic(layout.data_sources, public.mimic_data_sources(images))
+    write_json_atomic(layout.data_sources, public.mimic_data_sources(images))
     prepared = _prepare_cxrs(cfg, images, skip=skip_prepare, progress=progress)
-    io.write_run_meta(out, stage="00.00", config=cfg, seeds={"curation": seed},
-                      repo_root=io.repo_root())
+    write_run_meta(out, stage="00.00", config=cfg, seeds={"curation": seed},
+                      repo_root=repo_root())
     return SamplingReport(output_dir=out, selection=selection, reused=reused, images=images,
                           prepared=prepared)
 
 
-def _sample_public_cases(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, *,
+def _sample_public_cases(cfg: ChexperceptConfig, layout: CurationLayout, seed: int, *,
                          skip_prepare: bool, force: bool,
                          progress: Progress | None) -> SamplingReport:
     """Stage 00.00 for public sources (docs/curation.md, "Public sources")."""
@@ -297,8 +300,8 @@ def _sample_public_cases(cfg: ChexperceptConfig, layout: io.CurationLayout, seed
         prepared = public.prepare_public(cfg, selection, progress=progress)
         logger.info("CXR PNGs in %s: %d converted, %d already there", cfg.path.mimic_cxr_path,
                     prepared.converted, prepared.skipped)
-    io.write_run_meta(layout.out, stage="00.00", config=cfg, seeds={"curation": seed},
-                      repo_root=io.repo_root())
+    write_run_meta(layout.out, stage="00.00", config=cfg, seeds={"curation": seed},
+                      repo_root=repo_root())
     return SamplingReport(output_dir=layout.out, selection=selection, reused=reused,
                           images=images, prepared=prepared)
 
@@ -351,7 +354,7 @@ def _part_suffix(part: int | None) -> str:
     return f"_part{part}" if part is not None else ""
 
 
-def _positive_info(layout: io.CurationLayout) -> dict[str, Any]:
+def _positive_info(layout: CurationLayout) -> dict[str, Any]:
     """The global and basic segmentation-info JSONs of Stage 00.00.
 
     Raises:
@@ -362,14 +365,14 @@ def _positive_info(layout: io.CurationLayout) -> dict[str, Any]:
         path = layout.segmentation_info(kind)
         if not path.is_file():
             raise InputError(f"{path} not found; run 00_sample_mimic_ils_case.py first")
-        info[kind] = io.read_json(path)
+        info[kind] = read_json(path)
     return info
 
 
 class _ItemRunner:
     """One Ray actor's worker of 00.01: creates the segmenter once, then processes items."""
 
-    def __init__(self, cfg: ChexperceptConfig, layout: io.CurationLayout) -> None:
+    def __init__(self, cfg: ChexperceptConfig, layout: CurationLayout) -> None:
         self.cfg = cfg
         self.layout = layout
         self.segmenter = create_segmenter(cfg.source_data_curation.segmenter, cfg)
@@ -381,7 +384,7 @@ class _ItemRunner:
 
 
 def _run_items(
-    items: list[dict[str, Any]], layout: io.CurationLayout, cfg: ChexperceptConfig,
+    items: list[dict[str, Any]], layout: CurationLayout, cfg: ChexperceptConfig,
     segmenter: Any, progress: Progress | None, ray: RayWorkers | None = None,
 ) -> tuple[list[candidates.ItemOutcome], dict[str, list[dict]], list[dict[str, str]]]:
     """Process every item; its ``results.json`` entry and sheet row follow unless it failed.
@@ -448,7 +451,7 @@ def generate_candidate_masks(
     """
     cur = cfg.source_data_curation
     candidates.check_segmenter(cur.segmenter)
-    layout = io.CurationLayout(stage00_dir(cfg.path.work_dir, output_dir))
+    layout = CurationLayout(stage00_dir(cfg.path.work_dir, output_dir))
     if on_log_dir is not None:
         on_log_dir(layout.candidate_root)
     info = _positive_info(layout)
@@ -464,8 +467,8 @@ def generate_candidate_masks(
     outcomes, results, rows = _run_items(items, layout, cfg, segmenter or cur.segmenter,
                                          progress, ray if on_ray else None)
     columns = POSITIVE_PART_SHEET_COLUMNS if part is not None else POSITIVE_SHEET_COLUMNS
-    io.write_json_atomic(layout.candidate_results(part), results, indent=4)
-    io.write_csv_atomic(layout.positive_sheet(part), rows, columns)
+    write_json_atomic(layout.candidate_results(part), results, indent=4)
+    write_csv_atomic(layout.positive_sheet(part), rows, columns)
     counts = Counter(o.status for o in outcomes)
     report = CandidateReport(
         segmenter=cur.segmenter, items=len(items), processed=counts["processed"],
@@ -473,9 +476,9 @@ def generate_candidate_masks(
         failed=[{"key_id": o.key_id, "reason": o.reason} for o in outcomes
                 if o.status == "failed"],
         sheet=layout.positive_sheet(part), summary_json=layout.candidate_summary(part))
-    io.write_json_atomic(report.summary_json, report.to_json())
-    io.write_run_meta(layout.candidate_root, stage=f"00.01{_part_suffix(part)}", config=cfg,
-                      seeds={}, repo_root=io.repo_root())
+    write_json_atomic(report.summary_json, report.to_json())
+    write_run_meta(layout.candidate_root, stage=f"00.01{_part_suffix(part)}", config=cfg,
+                      seeds={}, repo_root=repo_root())
     return report
 
 
@@ -511,7 +514,7 @@ def merge_candidate_parts(base_out: str | Path | None = None, *,
         root = Path(base_out)
     else:
         work_dir = load_chexpercept_config(config_path).path.work_dir if config_path else None
-        root = io.CurationLayout(stage00_dir(work_dir)).candidate_root
+        root = CurationLayout(stage00_dir(work_dir)).candidate_root
     return merge_parts(root, total_parts, force=force)
 
 
@@ -579,7 +582,7 @@ def prepare_negative_sheet(
     Raises:
         InputError: If the negative info JSON, a given positive sheet or a CXR is missing.
     """
-    layout = io.CurationLayout(stage00_dir(cfg.path.work_dir, output_dir))
+    layout = CurationLayout(stage00_dir(cfg.path.work_dir, output_dir))
     if on_log_dir is not None:
         on_log_dir(layout.negative_sheet.parent)
     k = (samples_per_lesion if samples_per_lesion is not None
@@ -591,11 +594,11 @@ def prepare_negative_sheet(
                                 exclude=exclude)
     for lesion, msg in outcome.shortfalls.items():
         logger.warning("%s: %s", lesion, msg)
-    io.write_csv_atomic(layout.negative_sheet, outcome.rows, NEGATIVE_SHEET_COLUMNS)
+    write_csv_atomic(layout.negative_sheet, outcome.rows, NEGATIVE_SHEET_COLUMNS)
     report = NegativeReport(outcome=outcome, samples_per_lesion=k,
                             excluded_positive_dicoms=len(exclude), sheet=layout.negative_sheet,
                             summary_json=layout.negative_summary)
-    io.write_json_atomic(report.summary_json, report.to_json())
+    write_json_atomic(report.summary_json, report.to_json())
     return report
 
 
@@ -668,7 +671,7 @@ def distribute_labeling(
             is written then.
     """
     out = stage00_dir(cfg.path.work_dir if cfg else None, output_dir)
-    layout = io.CurationLayout(out)
+    layout = CurationLayout(out)
     n = num_annotators if num_annotators is not None else (
         cfg.source_data_curation.num_annotators if cfg else DEFAULT_NUM_ANNOTATORS)
     if n < 1 or n > MAX_ANNOTATORS:

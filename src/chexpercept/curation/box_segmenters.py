@@ -22,14 +22,9 @@ import numpy as np
 
 from chexpercept.curation.segmenters import EmptyPredictionError, Segmenter, SegmentResult
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import (
-    WORK_SIZE,
-    FrameTransform,
-    anatomy_mask_path,
-    mask_to_frame,
-    read_frame_transform,
-    read_mask,
-)
+from chexpercept.frame import FrameTransform, mask_to_frame, read_frame_transform
+from chexpercept.images import WORK_SIZE, read_mask
+from chexpercept.layouts import anatomy_mask_path
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import ChexperceptConfig

@@ -9,7 +9,7 @@ pred_text.json}``, ``rosalia_pred/plots/<target>/<key_id>.png``, ``results[_part
 
 from __future__ import annotations
 
-import io as _io
+import io
 import logging
 import math
 import shutil
@@ -27,15 +27,9 @@ from chexpercept.curation.segmenters import (
     segmenter_names,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import (
-    WORK_SIZE,
-    CurationLayout,
-    read_cxr,
-    read_json,
-    write_bytes_atomic,
-    write_json_atomic,
-    write_mask,
-)
+from chexpercept.files import read_json, write_bytes_atomic, write_json_atomic
+from chexpercept.images import WORK_SIZE, read_cxr, write_mask
+from chexpercept.layouts import CurationLayout
 from chexpercept.lesions import LESIONS, make_key_id
 
 logger = logging.getLogger(__name__)
@@ -206,7 +200,7 @@ def review_plot_png(image: np.ndarray, mask: np.ndarray, title: str) -> bytes:
         ax.set_title(name)
         ax.axis("off")
     fig.suptitle(title, fontsize=11)
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=PLOT_DPI, metadata={"Software": None})
     return buf.getvalue()
 

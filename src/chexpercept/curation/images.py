@@ -2,14 +2,14 @@
 
 The release assumes a flat 1024 x 1024 PNG copy exists but never makes it (docs/differences.md
 D4; docs/curation.md, "Working frame"). We make it and KEEP THE TRANSFORM: every PNG gets a sidecar
-``<dicom_id>.transform.json`` (:class:`chexpercept.io.FrameTransform`: original size, scales,
+``<dicom_id>.transform.json`` (:class:`chexpercept.frame.FrameTransform`: original size, scales,
 padding) and the folder gets an index ``transforms.json``, so any working-frame mask or point
-maps back to the original image (:func:`chexpercept.io.mask_to_original`).
+maps back to the original image (:func:`chexpercept.frame.mask_to_original`).
 
 Modes (config ``source_data_curation.prepare_mode``): ``letterbox`` (default; aspect ratio kept,
 long side 1024, centred on black) or ``stretch`` (plain resize, the release's frame). MIMIC-ILS
 masks are square and cover the original image stretched to a square; Stage 00.01 maps them with
-:func:`chexpercept.io.mask_to_frame` (resize to the original H x W, then the same transform),
+:func:`chexpercept.frame.mask_to_frame` (resize to the original H x W, then the same transform),
 so masks and images stay aligned in both modes.
 """
 
@@ -23,20 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from chexpercept.errors import InputError
-from chexpercept.io import (
+from chexpercept.files import read_json, write_json_atomic
+from chexpercept.frame import (
     PREPARE_MODES,
-    WORK_SIZE,
     FrameTransform,
     frame_transform,
     image_to_frame,
-    read_cxr,
     read_frame_transform,
-    read_json,
     transform_sidecar,
     transforms_index,
-    write_json_atomic,
-    write_png_atomic,
 )
+from chexpercept.images import WORK_SIZE, read_cxr, write_png_atomic
 from utils import imaging
 
 logger = logging.getLogger(__name__)
@@ -56,7 +53,7 @@ def missing_sources(images: Mapping[str, str], jpg_root: str | Path) -> list[str
 def read_gray(src: str | Path) -> np.ndarray:
     """Read a CXR at its own size as 8-bit gray.
 
-    The one loader of every path (:func:`chexpercept.io.read_cxr` without resizing, i.e.
+    The one loader of every path (:func:`chexpercept.images.read_cxr` without resizing, i.e.
     :func:`utils.imaging.load_image`; docs/images.md, "Image loading"): EXIF orientation
     applied, 16-bit / float rescaled by their min..max, palette resolved, alpha flattened onto
     black, colour converted to luminance. So the PNG prepared here has the pixels a model is
@@ -83,7 +80,7 @@ def convert_jpg(src: str | Path, dst: str | Path, mode: str = "letterbox",
     Args:
         src: The original JPG/PNG.
         dst: The destination ``<dicom_id>.png``.
-        mode: One of :data:`chexpercept.io.PREPARE_MODES`.
+        mode: One of :data:`chexpercept.frame.PREPARE_MODES`.
         size: Frame side (1024).
 
     Returns:

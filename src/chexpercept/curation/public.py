@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chexpercept import io
 from chexpercept.callbacks import Progress
 from chexpercept.curation.candidates import instruction_for, location_text
 from chexpercept.curation.images import PrepareSummary, prepared_png
@@ -32,6 +31,16 @@ from chexpercept.curation.sources import (
 )
 from chexpercept.curation.sources.base import check_box
 from chexpercept.errors import ConfigError, InputError
+from chexpercept.files import read_json, write_csv_atomic, write_json_atomic
+from chexpercept.frame import (
+    frame_transform,
+    image_to_frame,
+    read_frame_transform,
+    transform_sidecar,
+    transforms_index,
+)
+from chexpercept.images import read_cxr, write_png_atomic
+from chexpercept.layouts import CurationLayout
 from chexpercept.lesions import LESIONS, make_key_id
 from chexpercept.rng import rng_for
 
@@ -286,7 +295,7 @@ def read_source_pixels(path: Path) -> np.ndarray:
         MissingDependencyError: For a DICOM without pydicom installed.
     """
     if path.suffix.lower() not in DICOM_SUFFIXES:
-        return io.read_cxr(path, size=None)
+        return read_cxr(path, size=None)
     from utils.deps import require
 
     pydicom = require("pydicom", "public", "reading public-source DICOMs")
@@ -343,7 +352,7 @@ def prepare_source_images(images: Sequence[SourceImage], files: Mapping[str, Pat
     problems: list[str] = []
     loop = progress(list(images), len(images)) if progress else images
     for im in loop:
-        t = io.read_frame_transform(cxr_dir, im.dicom_id)
+        t = read_frame_transform(cxr_dir, im.dicom_id)
         if prepared_png(cxr_dir, im.dicom_id).is_file() and t is not None and t.mode == mode:
             found = _box_problems(im, files[im.dicom_id], t.orig_width, t.orig_height)
             problems += found
@@ -358,21 +367,21 @@ def prepare_source_images(images: Sequence[SourceImage], files: Mapping[str, Pat
         if found:
             problems += found
             continue
-        t = io.frame_transform(arr.shape[1], arr.shape[0], mode)
+        t = frame_transform(arr.shape[1], arr.shape[0], mode)
         dst = prepared_png(cxr_dir, im.dicom_id)
-        io.write_json_atomic(io.transform_sidecar(cxr_dir, im.dicom_id), t.to_json())
-        io.write_png_atomic(dst, io.image_to_frame(arr, t))
+        write_json_atomic(transform_sidecar(cxr_dir, im.dicom_id), t.to_json())
+        write_png_atomic(dst, image_to_frame(arr, t))
         converted += 1
     if problems:
         raise InputError(f"{len(problems)} sampled image(s) do not fit their annotation:\n  "
                          + "\n  ".join(problems[:_MAX_LISTED]))
     index = {}
     for im in sorted(images, key=lambda i: i.dicom_id):
-        t = io.read_frame_transform(cxr_dir, im.dicom_id)
+        t = read_frame_transform(cxr_dir, im.dicom_id)
         if t is not None:
             index[im.dicom_id] = t.to_json()
     if images:
-        io.write_json_atomic(io.transforms_index(cxr_dir), index)
+        write_json_atomic(transforms_index(cxr_dir), index)
     return PrepareSummary(converted=converted, skipped=skipped)
 
 
@@ -423,7 +432,7 @@ def key_ids(selection: Selection) -> list[str]:
             for lesion in LESIONS for e in bucket[lesion]]
 
 
-def draw_public(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, *,
+def draw_public(cfg: ChexperceptConfig, layout: CurationLayout, seed: int, *,
                 force: bool = False) -> tuple[Selection, bool]:
     """Sample (or reuse current outputs) and write the info JSONs, summary and data sources.
 
@@ -434,26 +443,26 @@ def draw_public(cfg: ChexperceptConfig, layout: io.CurationLayout, seed: int, *,
     params = public_params(cfg, seed)
     digest = inputs_hash([p for _, rec in sources for p in rec.tables], params)
     outputs = [layout.segmentation_info(k) for k in ("global", "basic", "negative")]
-    previous = (io.read_json(layout.sampling_summary) if layout.sampling_summary.is_file()
+    previous = (read_json(layout.sampling_summary) if layout.sampling_summary.is_file()
                 else {})
     if (not force and all(p.is_file() for p in outputs)
             and previous.get("inputs_hash") == digest):
         logger.info("sampling outputs in %s are current; reusing them", layout.out)
-        return Selection(*(io.read_json(p) for p in outputs)), True
+        return Selection(*(read_json(p) for p in outputs)), True
     cur = cfg.source_data_curation
     selection = sample_public(sources, seed=seed, max_positive=cur.max_samples_per_lesion,
                               negatives_per_lesion=cur.samples_per_lesion_negative)
     for kind, bucket in (("global", selection.global_info), ("basic", selection.basic_info),
                          ("negative", selection.negative_info)):
-        io.write_json_atomic(layout.segmentation_info(kind), bucket, indent=4)
-    io.write_json_atomic(layout.sampling_summary,
+        write_json_atomic(layout.segmentation_info(kind), bucket, indent=4)
+    write_json_atomic(layout.sampling_summary,
                          summary_record(sources, selection, digest, params))
     dicoms = {e["dicom_id"]: e["source"]
               for bucket in (selection.global_info, selection.negative_info)
               for entries in bucket.values() for e in entries}
-    io.write_json_atomic(layout.data_sources,
+    write_json_atomic(layout.data_sources,
                          data_sources_record([a.licence for a, _ in sources], dicoms))
-    io.write_csv_atomic(layout.sampled_dicoms,
+    write_csv_atomic(layout.sampled_dicoms,
                         [{"dicom_id": d, "source": s} for d, s in sorted(dicoms.items())],
                         ("dicom_id", "source"))
     for a, rec in sources:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import read_csv_rows, read_json
+from chexpercept.files import read_csv_rows, read_json
 from chexpercept.lesions import LESIONS, make_key_id, validate_lesion
 from chexpercept.rng import rng_for
 

@@ -21,14 +21,8 @@ from PIL import Image
 
 from chexpercept.curation.images import prepared_png
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import (
-    WORK_SIZE,
-    FrameTransform,
-    frame_transform,
-    mask_to_frame,
-    read_frame_transform,
-    read_mask,
-)
+from chexpercept.frame import FrameTransform, frame_transform, mask_to_frame, read_frame_transform
+from chexpercept.images import WORK_SIZE, read_mask
 from utils import imaging
 
 if TYPE_CHECKING:
@@ -132,7 +126,7 @@ def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
     With the CXR's recorded ``transform`` the mask is first turned like the image when the
     source had an EXIF orientation (:func:`orient_provided_mask`), then mapped like the image
     (resize to the original H x W, then the letterbox/stretch;
-    :func:`chexpercept.io.mask_to_frame`). Without one (a hand-filled release-style PNG folder)
+    :func:`chexpercept.frame.mask_to_frame`). Without one (a hand-filled release-style PNG folder)
     the mask covers the 1024 x 1024 PNG ``image_path`` (same orientation rule, its own EXIF
     tag) and is resized (nearest) to it; without ``image_path`` either, it is only resized.
 

@@ -16,13 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import (
-    CurationLayout,
-    read_csv_rows,
-    read_json,
-    write_csv_atomic,
-    write_json_atomic,
-)
+from chexpercept.files import read_csv_rows, read_json, write_csv_atomic, write_json_atomic
+from chexpercept.layouts import CurationLayout
 from chexpercept.lesions import LESIONS, make_key_id, validate_lesion
 from chexpercept.schema import (
     NEGATIVE_SHEET_COLUMNS,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexpercept import io
 from chexpercept.anatomy.names import ZONE_SOURCE_CXAS
 from chexpercept.anatomy.provided import check_zone_source
 from chexpercept.callbacks import OnLogDir, Progress
@@ -33,6 +32,9 @@ from chexpercept.deformation.pipeline import (
     run_deformation,
 )
 from chexpercept.errors import ConfigError
+from chexpercept.files import read_csv_rows
+from chexpercept.layouts import CurationLayout, DeformationLayout, repo_root, stage_output_dir
+from chexpercept.provenance import write_run_meta
 from chexpercept.schema import POSITIVE_SHEET_COLUMNS, accepted_key_ids
 from utils.ray_pool import RayWorkers
 
@@ -144,8 +146,8 @@ def deform_masks(
         raise ConfigError(f"--num-workers must be >= 1, got {num_workers}")
     md = cfg.mask_deformation
     seed = cfg.seed if seed is None else seed
-    out01 = Path(output_dir) if output_dir else io.stage_output_dir("01", cfg.path.work_dir)
-    layout = io.DeformationLayout(out01)
+    out01 = Path(output_dir) if output_dir else stage_output_dir("01", cfg.path.work_dir)
+    layout = DeformationLayout(out01)
     settings = _settings(cfg, out01=out01, seed=seed,
                          chexmask_dir=chexmask_dir or layout.chexmask_dir,
                          cxas_dir=cxas_dir or layout.cxas_dir,
@@ -155,9 +157,9 @@ def deform_masks(
     if md.save_visualization:
         logger.warning("mask_deformation.save_visualization is not supported by the "
                        "morphological backend; no debug figures are written")
-    stage00 = io.CurationLayout(io.stage_output_dir("00", cfg.path.work_dir))
+    stage00 = CurationLayout(stage_output_dir("00", cfg.path.work_dir))
     sheet = Path(positive_sheet) if positive_sheet else stage00.positive_sheet()
-    rows = io.read_csv_rows(sheet, required=_SHEET_REQUIRED)
+    rows = read_csv_rows(sheet, required=_SHEET_REQUIRED)
     accepted = accepted_key_ids(rows, sheet)
     extra = sorted(set(rows[0]) - set(POSITIVE_SHEET_COLUMNS)) if rows else []
     if extra:
@@ -170,8 +172,8 @@ def deform_masks(
                 f"{num_workers} worker(s)" if ray is None else f"{ray.workers} Ray worker(s)")
     summary = run_deformation(tasks, settings, num_workers=num_workers, progress=progress,
                               ray=ray)
-    io.write_run_meta(layout.results_json.parent, stage="01.01", config=cfg,
-                      seeds={"seed": seed}, repo_root=io.repo_root(),
+    write_run_meta(layout.results_json.parent, stage="01.01", config=cfg,
+                      seeds={"seed": seed}, repo_root=repo_root(),
                       extra={"positive_sheet": str(sheet), "num_workers": num_workers,
                              **({"ray_workers": ray.workers} if ray is not None else {})})
     return DeformationRun(summary=summary, cases=len(tasks), summary_json=layout.summary_json)

@@ -38,14 +38,9 @@ from chexpercept.deformation.sam import (
     refine_components,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.io import (
-    DeformationLayout,
-    read_cxr,
-    read_json,
-    read_mask,
-    write_json_atomic,
-    write_mask,
-)
+from chexpercept.files import read_json, write_json_atomic
+from chexpercept.images import read_cxr, read_mask, write_mask
+from chexpercept.layouts import DeformationLayout
 from chexpercept.lesions import validate_lesion
 from chexpercept.rng import rng_for
 from chexpercept.schema import parse_deformation_results
@@ -113,7 +108,7 @@ class DeformationSettings:
     """Everything a worker needs besides the task (picklable).
 
     Attributes:
-        out_dir: Stage-01 output root (:class:`~chexpercept.io.DeformationLayout`).
+        out_dir: Stage-01 output root (:class:`~chexpercept.layouts.DeformationLayout`).
         seed: Config seed; each case uses ``rng_for(seed, "deformation", key_id)``.
         params: Backend parameters.
         chexmask_dir: CheXmask-U folder.

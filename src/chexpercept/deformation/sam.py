@@ -36,7 +36,7 @@ import numpy as np
 
 from chexpercept.deformation.points import check_points_in_image
 from chexpercept.errors import ConfigError
-from chexpercept.io import WORK_SIZE
+from chexpercept.images import WORK_SIZE
 
 logger = logging.getLogger(__name__)
 

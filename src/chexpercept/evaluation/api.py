@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.errors import SchemaError
 from chexpercept.evaluation.async_runner import (
     DEFAULT_CONCURRENCY,
@@ -47,6 +46,7 @@ from chexpercept.evaluation.session import (
     RunSummary,
 )
 from chexpercept.evaluation.sharding import check_part, select_part
+from chexpercept.layouts import eval_part_dir, eval_run_dir
 from utils.llm.base import ChatModel
 from utils.llm.registry import create_model, default_model, provider_class, provider_label
 
@@ -129,9 +129,9 @@ def run_folder(output_path: str | Path, provider: str, model: str, oracle_settin
     A part of a sharded run lives in ``.../part_<i>_of_<n>/`` (merged by
     :func:`chexpercept.evaluation.sharding.merge_parts`).
     """
-    run_dir = io.eval_run_dir(output_path, provider_label(provider), model, oracle_setting,
+    run_dir = eval_run_dir(output_path, provider_label(provider), model, oracle_setting,
                               no_thinking=no_thinking)
-    return io.eval_part_dir(run_dir, part, total_parts) if part is not None else run_dir
+    return eval_part_dir(run_dir, part, total_parts) if part is not None else run_dir
 
 
 def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Path,
@@ -194,10 +194,10 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         SchemaError: On an invalid bundle or corrupt records.
     """
     provider_class(provider)  # fail fast on an unavailable provider, before any work
-    if ray is not None:
-        check_ray_provider(provider, provider_options or {})
-    bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
     model_name = model or default_model(provider)
+    if ray is not None:
+        check_ray_provider(provider, model_name, provider_options or {})
+    bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
     run_dir = run_folder(output_path, provider, model_name, oracle_setting,
                          no_thinking=no_thinking, part=part, total_parts=total_parts)
     if on_run_dir is not None:

@@ -370,7 +370,7 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
         cases: Validated, planned cases to evaluate.
         model: The provider; ``agenerate`` is called once per turn.
         settings: Run identity and checkpointing (``save_every``).
-        run_dir: ``io.eval_run_dir(...)``.
+        run_dir: ``layouts.eval_run_dir(...)``.
         concurrency: Most requests in flight (``--concurrency``, >= 1).
         overwrite: Delete an earlier run's manifest, records and results first.
         checkpoint_interval_s: Least seconds between two ``all_results.json`` rewrites.

@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from chexpercept import io, schema
+from chexpercept import schema
 from chexpercept.bundle import check_bundle, none_index, ordinal, point_text
 from chexpercept.bundle import listed_option_count as listed_option_count  # re-exported
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import QA_PATHS, expected_stages
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class EvalCase:
 class Bundle:
     """A loaded benchmark: layout, validated items (JSON order) and the JSON's sha256."""
 
-    layout: io.BenchmarkLayout
+    layout: BenchmarkLayout
     items: dict[str, schema.BenchmarkItem]
     json_sha256: str
 
@@ -143,7 +144,7 @@ def load_bundle(benchmark_dir: str | Path) -> Bundle:
         InputError: If ``chexpercept.json`` or the ``chexpercept/`` image folder is missing.
         SchemaError: If the JSON does not match the schema (every bad key_id listed).
     """
-    layout = io.BenchmarkLayout(Path(benchmark_dir))
+    layout = BenchmarkLayout(Path(benchmark_dir))
     if not layout.json_path.is_file():
         raise InputError(f"benchmark JSON not found: {layout.json_path} (--benchmark-dir must "
                          f"hold chexpercept.json and the chexpercept/ image folder)")
@@ -182,7 +183,7 @@ def select_key_ids(bundle: Bundle, *, limit: int | None = None,
     return keys if limit is None else keys[:limit]
 
 
-def plan_case(key_id: str, item: schema.BenchmarkItem, layout: io.BenchmarkLayout) -> EvalCase:
+def plan_case(key_id: str, item: schema.BenchmarkItem, layout: BenchmarkLayout) -> EvalCase:
     """Build the turns a case is asked (docs/evaluation_protocol.md, "Turn order").
 
     No file is opened. The stages come from the one path rule

@@ -53,8 +53,6 @@ from utils.ray_pool import (
 
 logger = logging.getLogger(__name__)
 
-#: Providers that send requests to a hosted API from one process: replicas add nothing.
-API_PROVIDERS = ("openai", "azure", "gemini")
 #: Turn indices a replica holds at once: the running one and the next, queued in the actor, so
 #: the engine never idles while the driver receives a batch and sends the next (on 2 cores
 #: that round trip took 15-30 ms per step; docs/design.md, "Ray replicas").
@@ -70,10 +68,9 @@ class RayReplicas:
             :func:`utils.ray_pool.connect`).
         replicas: Number of replicas (actors), >= 1.
         max_restarts: Restarts per replica before the run stops (>= 0).
-        gpus_per_replica: GPUs each replica reserves; None: the tensor parallel size for
-            ``opensource`` (``--tensor-parallel-size``, else the model's ``gpu_num``, else 1),
-            1 for ``transformers`` when the cluster has GPUs and ``--device`` is not ``cpu``,
-            else 0.
+        gpus_per_replica: GPUs each replica reserves; None: what the provider answers
+            (``ChatModel.replica_gpus``: the tensor parallel size of a vLLM engine, one GPU for
+            a transformers model when the cluster has GPUs, else 0).
         cpus_per_replica: CPUs each replica reserves (fractions allowed).
     """
 
@@ -84,24 +81,30 @@ class RayReplicas:
     cpus_per_replica: float = 1.0
 
 
-def check_ray_provider(provider: str, options: Mapping[str, Any]) -> None:
-    """Refuse the providers replicas do not apply to.
+def check_ray_provider(provider: str, model: str, options: Mapping[str, Any],
+                       cluster_gpus: float = 0.0) -> float:
+    """GPUs one replica of ``provider`` needs, as the provider answers; refuses the rest.
+
+    Args:
+        provider: ``--provider`` (a registry name or a plugin).
+        model: ``--model``.
+        options: The provider options of the run.
+        cluster_gpus: GPUs of the Ray cluster (0 before connecting).
+
+    Returns:
+        The provider's GPUs per replica (``ChatModel.replica_gpus``).
 
     Raises:
-        ConfigError: For an API provider (one process already runs its requests
-            concurrently) and for ``--vllm-engine async`` (each replica takes its turn batch in
-            one call).
+        ConfigError: For a provider replicas do not apply to (an API provider: one process
+            already runs its requests concurrently), or options a replica cannot run with.
     """
-    if provider in API_PROVIDERS or (provider not in ("opensource",)
-                                     and getattr(provider_class(provider), "supports_async",
-                                                 False)):
-        raise ConfigError(f"--ray applies to the local engines (opensource, transformers), the "
-                          f"baselines and plugin engines, not --provider {provider}: an API "
+    gpus = provider_class(provider).replica_gpus(model, options, cluster_gpus)
+    if gpus is None:
+        raise ConfigError(f"--ray applies to providers that run a model here (local engines, "
+                          f"the baselines, plugin engines), not --provider {provider}: an API "
                           f"provider already runs many requests at once from one process "
                           f"(--concurrency); drop --ray")
-    if options.get("engine") == "async":
-        raise ConfigError("--ray: each replica takes its turn batch in one call; use the "
-                          "default --vllm-engine batched with --ray")
+    return gpus
 
 
 def replica_gpus(provider: str, model: str, options: Mapping[str, Any],
@@ -112,20 +115,7 @@ def replica_gpus(provider: str, model: str, options: Mapping[str, Any],
             raise ConfigError(f"--gpus-per-replica must be >= 0, got "
                               f"{settings.gpus_per_replica}")
         return float(settings.gpus_per_replica)
-    if provider == "opensource":
-        if options.get("tensor_parallel_size"):
-            return float(options["tensor_parallel_size"])
-        try:
-            from utils.llm.models import resolve_model
-
-            spec = resolve_model(model, provider, model_path=options.get("model_path"))
-        except ConfigError:
-            return 1.0
-        return float(spec.gpu_num or 1)
-    if provider == "transformers":
-        has_gpu = cluster_resources().get("GPU", 0.0) > 0
-        return 1.0 if has_gpu and options.get("device") != "cpu" else 0.0
-    return 0.0
+    return check_ray_provider(provider, model, options, cluster_resources().get("GPU", 0.0))
 
 
 def light_case(case: EvalCase) -> EvalCase:
@@ -306,7 +296,7 @@ def _facts(worker: ReplicaWorker) -> dict[str, Any]:
     model = worker.model
     return {"model": model.model, "provider": model.provider, "describe": model.describe(),
             "runtime": model.runtime_info(), "limits": model.prompt_limits(),
-            "needs_answer_key": model.needs_answer_key}
+            "needs_answer_key": model.needs_answer_key, "kind": model.kind}
 
 
 def _check_budget(worker: ReplicaWorker, cases: Sequence[EvalCase]) -> None:
@@ -330,6 +320,7 @@ class ReplicatedModel(ChatModel):
         super().__init__(facts["model"])
         self.pool = pool
         self.provider = facts["provider"]
+        self.kind = facts["kind"]  # what the replicas' provider is (baseline: no cost)
         self.needs_answer_key = bool(facts["needs_answer_key"])
         self._describe = dict(facts["describe"])
         self._runtime = dict(facts["runtime"])
@@ -574,8 +565,9 @@ def start_replicas(provider: str, model: str, options: Mapping[str, Any],
     """Connect to the cluster and start ``settings.replicas`` replicas of the provider.
 
     Each replica builds ``create_model(provider, model, **options)`` inside its actor (the
-    options are plain values); for ``opensource`` the tensor parallel size is set to the GPUs
-    the replica holds.
+    options are plain values); the provider adapts them to the replica's GPUs
+    (``ChatModel.replica_options``: a vLLM engine's tensor parallel size is set to the GPUs
+    the replica holds).
 
     Raises:
         MissingDependencyError: If Ray is not installed (the message gives the install line).
@@ -583,14 +575,12 @@ def start_replicas(provider: str, model: str, options: Mapping[str, Any],
             placed; what the provider's constructor raises (in replica 0).
         ActorLost: When a replica keeps dying while it starts.
     """
-    check_ray_provider(provider, options)
+    check_ray_provider(provider, model, options)
     if settings.replicas < 1:
         raise ConfigError(f"--replicas must be >= 1, got {settings.replicas}")
     connect(settings.address)
     gpus = replica_gpus(provider, model, options, settings)
-    options = dict(options)
-    if provider == "opensource" and gpus >= 1 and "tensor_parallel_size" not in options:
-        options["tensor_parallel_size"] = int(gpus)
+    options = provider_class(provider).replica_options(options, gpus)
     logger.info("Ray: %d replica(s) of %s/%s, %g GPU and %g CPU each; cluster %s",
                 settings.replicas, provider, model, gpus, settings.cpus_per_replica,
                 cluster_resources())

@@ -174,7 +174,7 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         model: The provider; ``generate`` is called once per turn index that has work, or once
             per step of the window.
         settings: Run identity and checkpointing.
-        run_dir: ``io.eval_run_dir(...)``.
+        run_dir: ``layouts.eval_run_dir(...)``.
         overwrite: Delete an earlier run's manifest, records and results first.
         progress: Optional wrapper of the loop over calls (``utils.cli.progress``).
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io, schema
+from chexpercept import schema
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.cases import Bundle, EvalCase, plan_cases
 from chexpercept.evaluation.dialogue import (
@@ -35,6 +35,9 @@ from chexpercept.evaluation.dialogue import (
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
+from chexpercept.files import to_jsonable
+from chexpercept.layouts import repo_root
+from chexpercept.provenance import SCHEMA_VERSION, provenance, redact_secrets
 from chexpercept.run_store import (
     FSYNC_EVERY,
     FSYNC_INTERVAL_S,
@@ -43,7 +46,6 @@ from chexpercept.run_store import (
 )
 from utils.llm.base import FAULT, ChatModel, Completion
 from utils.llm.pricing import cost_usd, lookup
-from utils.llm.registry import BASELINE_PROVIDERS
 from utils.status import COMPLETION_STATUSES
 
 logger = logging.getLogger(__name__)
@@ -206,11 +208,11 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         raise ConfigError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
                           f"got {settings.oracle_setting!r}")
     return {
-        "schema_version": io.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "provider": settings.provider,
         "model": settings.model,
-        "provider_settings": io.redact_secrets(io.to_jsonable(model.describe())),
-        "provider_runtime": io.redact_secrets(io.to_jsonable(model.runtime_info())),
+        "provider_settings": redact_secrets(to_jsonable(model.describe())),
+        "provider_runtime": redact_secrets(to_jsonable(model.runtime_info())),
         "oracle_setting": settings.oracle_setting,
         "no_thinking": settings.no_thinking,
         "seed": settings.seed,
@@ -225,7 +227,7 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
                               "per_path_limit": settings.per_path_limit}}
            if settings.part is not None else {}),
         "benchmark_dir": str(bundle.layout.root),
-        **io.provenance(io.repo_root(), _MANIFEST_PACKAGES),
+        **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -435,7 +437,7 @@ def encode_results(path: Path, states: Iterable[CaseState], model_id: str) -> No
            if s.result_json is None and s.dialogue.finished}
     if not new:
         return
-    data = io.to_jsonable({key_id: build_case_result(s.dialogue, s.usages, model_id)
+    data = to_jsonable({key_id: build_case_result(s.dialogue, s.usages, model_id)
                            for key_id, s in new.items()})
     schema.parse_all_results(data, path)
     for key_id, result in data.items():
@@ -621,7 +623,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         cases: Validated, planned cases to evaluate.
         model: The provider (its settings go into the manifest).
         settings: Run identity and checkpointing.
-        run_dir: ``io.eval_run_dir(...)``.
+        run_dir: ``layouts.eval_run_dir(...)``.
         overwrite: Delete an earlier run's manifest, records, faults and results first.
         fsync_every: Records between two fsyncs of ``records.jsonl``.
         fsync_interval_s: Seconds between two fsyncs of ``records.jsonl``.
@@ -651,7 +653,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     summary = RunSummary(run_dir=store.run_dir, all_results_path=store.results_path,
                          cases_selected=len(cases),
                          # NA from the start for a model without a price, even with no call
-                         cost_usd=0.0 if settings.provider in BASELINE_PROVIDERS
+                         cost_usd=0.0 if model.kind == "baseline"
                          or lookup(settings.model) is not None else None)
     for key_id, state in states.items():
         replayed = _replay(state, records.get(key_id, {}))

@@ -2,7 +2,7 @@
 
 A case belongs to part ``stable_hash(key_id) % total_parts`` (blake2b, ``chexpercept.rng``), so
 its part does not depend on the JSON order, on ``--limit``/``--per_path_limit`` or on the
-machine. Part ``i`` of ``n`` runs in ``<run_dir>/part_<i>_of_<n>/`` (``io.eval_part_dir``) with
+machine. Part ``i`` of ``n`` runs in ``<run_dir>/part_<i>_of_<n>/`` (``layouts.eval_part_dir``) with
 its own ``run_manifest.json``, ``records.jsonl`` and ``all_results.json``, so parts can run on
 different GPUs or machines at once and each resumes on its own. :func:`merge_parts` checks that
 every part is present, was run with the same settings and is complete, then builds the run's
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chexpercept import io
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import Bundle, plan_cases
+from chexpercept.layouts import eval_part_dir, run_manifest_path
 from chexpercept.rng import stable_hash
 from chexpercept.run_store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
 
@@ -149,7 +149,7 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     run_dir = Path(run_dir)
     existing = RunStore(run_dir).read_manifest()
     if existing is not None and not existing.get(SHARDING_FIELD, {}).get("merged"):
-        raise ConfigError(f"{io.run_manifest_path(run_dir)}: {run_dir} holds an unsharded run; "
+        raise ConfigError(f"{run_manifest_path(run_dir)}: {run_dir} holds an unsharded run; "
                           f"merged parts would overwrite its all_results.json. Use another "
                           f"--output-path for sharded runs.")
     wanted = list(bundle.items) if key_ids is None else list(key_ids)
@@ -163,7 +163,7 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
         problems.append(f"{len(unknown)} selected key_id(s) not in {bundle.layout.json_path}: "
                         f"{', '.join(unknown[:_MAX_LISTED])}")
     incomplete: list[str] = []
-    part_results = {part: _check_part(bundle, RunStore(io.eval_part_dir(run_dir, part,
+    part_results = {part: _check_part(bundle, RunStore(eval_part_dir(run_dir, part,
                                                                         total_parts)),
                                       part, total_parts, wanted, planned, incomplete, problems)
                     for part in manifests}
@@ -185,7 +185,7 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
                 counts[part] += 1
     manifest = {**manifests[first_part],
                 SHARDING_FIELD: {"total_parts": total_parts, "merged": True},
-                "parts": [{"part": p, "run_dir": str(io.eval_part_dir(run_dir, p, total_parts)),
+                "parts": [{"part": p, "run_dir": str(eval_part_dir(run_dir, p, total_parts)),
                            **{k: v for k, v in _part_env(manifests[p]).items()
                               if k != SHARDING_FIELD}}
                           for p in sorted(manifests)],
@@ -204,7 +204,7 @@ def _part_manifests(run_dir: Path, total_parts: int,
     """
     manifests: dict[int, dict[str, Any]] = {}
     for part in range(total_parts):
-        part_store = RunStore(io.eval_part_dir(run_dir, part, total_parts))
+        part_store = RunStore(eval_part_dir(run_dir, part, total_parts))
         path = part_store.manifest_path
         manifest = part_store.read_manifest()
         if manifest is None:

@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 from chexpercept.bundle import BundleCheck, stats_rows, validate_benchmark_dir
 from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.errors import ConfigError
-from chexpercept.io import (
+from chexpercept.files import read_json
+from chexpercept.layouts import (
     CurationLayout,
     DeformationLayout,
     QALayout,
-    read_json,
     repo_root,
     stage_output_dir,
-    write_run_meta,
 )
+from chexpercept.provenance import write_run_meta
 from chexpercept.qa.export import ExportReport, export_benchmark
 from chexpercept.qa.generate import QAInputs, QAReport, generate_qa
 from chexpercept.schema import BenchmarkItem

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import ChexperceptError
-from chexpercept.io import SCHEMA_VERSION, dumps_json, read_cxr, write_json_atomic, write_png_atomic
+from chexpercept.files import dumps_json, write_json_atomic
+from chexpercept.images import read_cxr, write_png_atomic
 from chexpercept.lesions import has_attribute_stage, lesion_from_key_id, pair_id_from_key_id
+from chexpercept.provenance import SCHEMA_VERSION
 from chexpercept.qa import _text
 from chexpercept.qa._errors import CaseBuildError
 from chexpercept.qa.attributes import build_attribute_qa

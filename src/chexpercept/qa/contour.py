@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from chexpercept.io import CONTOUR_EVAL_RELPATH, option_image_name
+from chexpercept.layouts import CONTOUR_EVAL_RELPATH, option_image_name
 from chexpercept.qa import _text
 from chexpercept.qa._errors import CaseBuildError
 from chexpercept.schema import DeformationCase, GeometricalMaskInfo, StepEntry

@@ -3,7 +3,7 @@
 Reads ``qa_results/qa_results.json`` and the bundle ``chexpercept/<key_id>/``; writes
 ``<benchmark>/chexpercept.json``, ``<benchmark>/chexpercept/<key_id>/`` (hard links or copies),
 ``<benchmark>/sampling_summary.json`` and ``<benchmark>/stats.csv``
-(:class:`chexpercept.io.BenchmarkLayout`). The
+(:class:`chexpercept.layouts.BenchmarkLayout`). The
 release had no sampling code (docs/differences.md D31); the per-lesion, per-path counts are
 the paper's 100/100/100 (docs/paper.md, "Benchmark size") by default (docs/qa_generation.md,
 "Export and sampling").
@@ -21,7 +21,8 @@ from typing import Any
 
 from chexpercept.bundle import BUNDLE_FORMAT, STATS_COLUMNS, check_bundle, stats_rows
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import BenchmarkLayout, write_csv_atomic, write_json_atomic
+from chexpercept.files import write_csv_atomic, write_json_atomic
+from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.qa.render import case_image_relpaths
 from chexpercept.rng import rng_for

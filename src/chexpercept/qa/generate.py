@@ -22,13 +22,8 @@ from typing import Any
 
 from chexpercept.bundle import stage_counts
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.io import (
-    QALayout,
-    read_csv_rows,
-    read_json,
-    write_csv_atomic,
-    write_json_atomic,
-)
+from chexpercept.files import read_csv_rows, read_json, write_csv_atomic, write_json_atomic
+from chexpercept.layouts import QALayout
 from chexpercept.lesions import LESIONS, QA_PATHS, lesion_from_key_id
 from chexpercept.qa.build import CaseOutcome, CaseTask, process_case
 from chexpercept.qa.contour import has_deformation
@@ -66,7 +61,7 @@ class QAInputs:
         chexmask_dir: CheXmask-U root (``<dicom>/{right,left}_lung.png``).
         cxas_dir: CXAS root (``<dicom>/{right,left} lung.png``).
         cxr_dir: Flat folder of ``<dicom_id>.png`` CXRs.
-        output_dir: Stage 02 output folder (:class:`chexpercept.io.QALayout`).
+        output_dir: Stage 02 output folder (:class:`chexpercept.layouts.QALayout`).
     """
 
     deformation_results_json: Path

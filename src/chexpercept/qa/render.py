@@ -3,7 +3,7 @@
 docs/qa_generation.md, "Rendering"; docs/benchmark_format.md, "Image bundle".
 
 Everything is drawn with numpy/cv2 at exactly 1024x1024 (the working frame), so output
-bytes are deterministic. The CXR is read with :func:`chexpercept.io.read_cxr` (the one image
+bytes are deterministic. The CXR is read with :func:`chexpercept.images.read_cxr` (the one image
 loader: RGB, alpha, 16-bit, palette, EXIF orientation and other sizes are handled there;
 docs/images.md, "Image loading") and written back as 8-bit RGB. Every mask must already have
 the CXR's working-frame shape: a mismatch fails the case, naming both files (docs/images.md,
@@ -20,16 +20,14 @@ import cv2
 import numpy as np
 
 from chexpercept.errors import InputError
-from chexpercept.io import (
+from chexpercept.images import WORK_SIZE, check_mask_shape, read_mask
+from chexpercept.layouts import (
     CONTOUR_EVAL_RELPATH,
     CONTOUR_QA_DIR,
     DETECTION_IMAGE,
     POINTS_IMAGE,
     REVISION_DIR,
-    WORK_SIZE,
     anatomy_mask_path,
-    check_mask_shape,
-    read_mask,
 )
 from chexpercept.qa import _text
 from chexpercept.qa._errors import CaseBuildError

@@ -24,7 +24,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from chexpercept.io import POINTS_IMAGE, REVISION_DIR
+from chexpercept.layouts import POINTS_IMAGE, REVISION_DIR
 from chexpercept.lesions import has_attribute_stage, lesion_from_key_id
 from chexpercept.qa.render import MaskSource, overlay_mask
 

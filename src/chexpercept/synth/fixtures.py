@@ -8,7 +8,7 @@ The recipe is in ``data/sample_test/README.md``. Same seed => byte-identical fil
 
 from __future__ import annotations
 
-import io as _io
+import io
 import logging
 import shutil
 import tempfile
@@ -21,13 +21,8 @@ import numpy as np
 from PIL import Image
 
 from chexpercept.errors import ChexperceptError
-from chexpercept.io import (
-    WORK_SIZE,
-    read_json,
-    write_bytes_atomic,
-    write_csv_atomic,
-    write_json_atomic,
-)
+from chexpercept.files import read_json, write_bytes_atomic, write_csv_atomic, write_json_atomic
+from chexpercept.images import WORK_SIZE
 from chexpercept.lesions import LESIONS
 from chexpercept.rng import rng_for
 from chexpercept.synth._anatomy import anatomy_masks, location_names, location_text
@@ -138,7 +133,7 @@ class FixtureBuild:
 
 def default_fixture_dir() -> Path:
     """``<repo>/data/sample_test/generated`` (git-ignored)."""
-    from chexpercept.io import repo_root
+    from chexpercept.layouts import repo_root
 
     return repo_root() / "data" / "sample_test" / "generated"
 
@@ -206,21 +201,21 @@ def make_fixtures(out: str | Path | None = None, seed: int = 0, *,
 
 
 def _write_jpg(path: Path, img: np.ndarray) -> None:
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     Image.fromarray(img, mode="L").save(buf, format="JPEG", quality=92)
     write_bytes_atomic(path, buf.getvalue())
 
 
 def _write_bitmask(path: Path, mask: np.ndarray) -> None:
     """1-bit PNG, as CheXmask-U / CXAS outputs (docs/deformation.md, "Anatomy masks")."""
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(mask, dtype=bool)).save(buf, format="PNG")
     write_bytes_atomic(path, buf.getvalue())
 
 
 def _write_gray_mask(path: Path, mask: np.ndarray) -> None:
     """8-bit gray 0/255 PNG, as MIMIC-ILS lesion masks."""
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     Image.fromarray(np.where(mask, 255, 0).astype(np.uint8), mode="L").save(buf, format="PNG")
     write_bytes_atomic(path, buf.getvalue())
 
