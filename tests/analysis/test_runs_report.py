@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from chexpercept import io
 from chexpercept.analysis import (
     analyse_run_file,
     discover_runs,
@@ -17,6 +16,13 @@ from chexpercept.analysis import (
     write_plots,
 )
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.layouts import (
+    MODEL_ATTRIBUTE_CSV,
+    MODEL_REVISION_CSV,
+    MODEL_SUMMARY_CSV,
+    PLOT_NAMES,
+    all_models_dir,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -92,8 +98,8 @@ def test_model_csvs_exact_text_and_empty_cells(tmp_path, builders):
     (run,) = discover_runs(tmp_path, "implicit")
     metrics = analyse_run_file(run, n_boot=0, seed=0).metrics
     paths = write_model_csvs(metrics, run.run_dir)
-    assert [p.name for p in paths] == [io.MODEL_SUMMARY_CSV, io.MODEL_REVISION_CSV,
-                                       io.MODEL_ATTRIBUTE_CSV]
+    assert [p.name for p in paths] == [MODEL_SUMMARY_CSV, MODEL_REVISION_CSV,
+                                       MODEL_ATTRIBUTE_CSV]
     assert all(p.parent == run_dir for p in paths)
     assert paths[0].read_text() == (
         "path,model,setting,acc(stage1),acc(stage2),acc(stage3),acc(stage4),depth\n"
@@ -127,7 +133,7 @@ def test_all_models_csvs_concatenate_and_are_byte_identical_on_rerun(tmp_path, b
     results = tmp_path / "results"
     for name in ("openai_gpt-5.4", "azure_gpt-5.4"):
         builders.write_run(results, name, _cases(builders.make_case))
-    out = io.all_models_dir(tmp_path / "out", "implicit")
+    out = all_models_dir(tmp_path / "out", "implicit")
     metrics, paths = _analyse(results, out)
     first = {p: p.read_bytes() for p in paths}
     summary = paths[0].read_text().splitlines()
@@ -148,7 +154,31 @@ def test_plots_written_as_png(tmp_path, builders):
                        [builders.make_case("edema_s1_negative_0", "lesion_free", s1=False)])
     metrics, _ = _analyse(tmp_path, tmp_path / "out")
     paths = write_plots(metrics, tmp_path / "out", "implicit")
-    assert [p.name for p in paths] == list(io.PLOT_NAMES)
+    assert [p.name for p in paths] == list(PLOT_NAMES)
     for p in paths:
         data = p.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000
+
+
+def test_report_gives_each_runs_prefix_cache_hit_rate(tmp_path, builders):
+    """Stage 04 shows the share of prompt tokens vLLM found cached (issue 21, item 1)."""
+    from chexpercept.analysis.api import analyze
+
+    results = tmp_path / "results"
+    cases = [builders.make_case(f"effusion_s{i}_positive_0", "revision_required")
+             for i in range(4)]
+    for i, case in enumerate(cases):
+        case["token_usage"] = {"input_tokens": 1000, "cached_input_tokens": 250 * i}
+    builders.write_run(results, "opensource_tiny", cases)
+    builders.write_run(results, "dummy_baseline",
+                       [builders.make_case(f"effusion_s{i}_positive_0", "revision_required")
+                        for i in range(4)])
+    res = analyze(results, "implicit", output_dir=tmp_path / "out", benchmark_dir=None,
+                  bootstrap=0, jobs=1)
+    by_name = {a.name: a.table for a in res.analyses}
+    assert by_name["opensource_tiny"].prefix_cache_hit_rate == 1500 / 4000
+    report = (res.out_dir / "report.md").read_text(encoding="utf-8")
+    row = next(line for line in report.splitlines() if line.startswith("| opensource_tiny "))
+    assert row.rstrip(" |").endswith("37.5 % (1,500 of 4,000 tokens)")
+    dummy = next(line for line in report.splitlines() if line.startswith("| dummy_baseline "))
+    assert dummy.rstrip(" |").endswith("n/a")

@@ -121,6 +121,10 @@ class CaseTable:
         status: (n, 4, len(STATUSES)) int32; per stage, number of questions with each status.
         has_status: Whether any question carried a ``status`` key (False for release files,
             whose status rates are then NA).
+        prompt_tokens: Prompt tokens of the scored cases' calls, summed (their
+            ``token_usage.input_tokens``; 0 where the file has none).
+        cached_prompt_tokens: Of those, the tokens the engine found in its prefix cache
+            (``token_usage.cached_input_tokens``; docs/design.md, "KV cache at scale").
     """
 
     name: str
@@ -132,6 +136,14 @@ class CaseTable:
     missing: np.ndarray
     status: np.ndarray
     has_status: bool
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """``cached_prompt_tokens / prompt_tokens`` in [0, 1]; NaN without prompt tokens."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else \
+            float("nan")
 
     @property
     def n_cases(self) -> int:
@@ -251,6 +263,7 @@ class _Scan(NamedTuple):
     paths: list[int]
     flat: list[int]
     events: list[tuple[int, int, int]]
+    tokens: tuple[int, int] = (0, 0)  # (prompt, cached prompt) of the scored cases
 
 
 def _status(block: Mapping[str, Any], where: str, key: str, problems: list[str]) -> int | None:
@@ -327,6 +340,7 @@ def _scan(data: Any, source: str | Path, limit: int | None) -> _Scan:
     renamed: list[str] = []
     unscorable: list[str] = []
     bad_status: list[str] = []
+    prompt = cached = 0
     for i, (key, rec) in enumerate(data.items()):
         qa_path = rec.get("qa_path") if type(rec) is dict else None
         path = _PATH_INDEX.get(qa_path) if type(qa_path) is str else None
@@ -358,8 +372,13 @@ def _scan(data: Any, source: str | Path, limit: int | None) -> _Scan:
         lesions.append(lesion)
         paths.append(path)
         flat.extend(row)
+        usage = rec.get("token_usage")
+        if type(usage) is dict:
+            p, c = usage.get("input_tokens"), usage.get("cached_input_tokens")
+            prompt += p if type(p) is int else 0
+            cached += c if type(c) is int else 0
     _raise_problems(source, invalid, renamed, unscorable, bad_status)
-    return _Scan(key_ids, len(key_ids), lesions, paths, flat, events)
+    return _Scan(key_ids, len(key_ids), lesions, paths, flat, events, (prompt, cached))
 
 
 def _lesion_error(key: str) -> str:
@@ -428,7 +447,8 @@ def _table(name: str, scan: _Scan, key_pool: dict[str, str] | None) -> CaseTable
         np.add.at(status, (ev[:, 0], ev[:, 1], ev[:, 2]), 1)
     return CaseTable(name=name, key_ids=tuple(key_ids), lesion=lesion, path=path,
                      values=values, applicable=app, missing=rows[:, 4:8].astype(bool) & asked,
-                     status=status, has_status=bool(scan.events))
+                     status=status, has_status=bool(scan.events),
+                     prompt_tokens=scan.tokens[0], cached_prompt_tokens=scan.tokens[1])
 
 
 def case_table(name: str, records: Mapping[str, Any], *, source: str | Path = "all_results",

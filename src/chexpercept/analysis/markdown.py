@@ -13,11 +13,12 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept import io
 from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
-from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS
+from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.release_tables import SETTINGS
+from chexpercept.files import write_text_atomic
+from chexpercept.layouts import ALL_ATTRIBUTE_CSV, ALL_REVISION_CSV, ALL_SUMMARY_CSV
 from chexpercept.lesions import LESIONS, QA_PATHS
 from chexpercept.schema import STATUSES
 
@@ -134,6 +135,14 @@ def _gaps_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     return lines + _table(["lesion", "stage", best.name, worst.name, "difference (pp)"], body)
 
 
+def _hit_rate(table: CaseTable) -> str:
+    """The run's prefix-cache hit rate in percent with its token counts, or n/a."""
+    if not table.prompt_tokens:
+        return "n/a"
+    return (f"{100 * table.prefix_cache_hit_rate:.1f} % ({table.cached_prompt_tokens:,} of "
+            f"{table.prompt_tokens:,} tokens)")
+
+
 def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracle_setting: str,
                   n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path],
                   viewer: Path | None = None) -> str:
@@ -164,11 +173,16 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         else []
     lines += ["Runs (model = `<provider>_<model>[_no_thinking]`):", ""]
     lines += _table(["model", "provider", "model name", "variant", "cases", "missing stage "
-                     "results (counted wrong)", "unfinished cases (missing, not scored)"],
+                     "results (counted wrong)", "unfinished cases (missing, not scored)",
+                     "prefix-cache hit rate"],
                     [[a.name, a.run.provider, a.run.model_name, a.run.variant,
                       str(a.table.n_cases), str(int(a.table.missing.sum())),
-                      str(len(a.unfinished))]
+                      str(len(a.unfinished)), _hit_rate(a.table)]
                      for a in analyses if a.run is not None])
+    lines += ["Prefix-cache hit rate: the share of the prompt tokens the engine found in its "
+              "prefix cache (vLLM's cached tokens over prompt tokens, all calls of the scored "
+              "cases; n/a where the provider reports none; docs/design.md, \"KV cache at "
+              "scale\").", ""]
     ci = (f"95% intervals: Wilson score for accuracies; for depth a bootstrap of {n_boot} "
           f"resamples of cases within each lesion x path stratum, or of the cell's cases "
           f"together where a stratum has fewer than {MIN_STRATUM_CASES} (seed {seed}); "
@@ -224,8 +238,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     lines += ["## Tables", ""]
-    lines += [f"- [{name}]({name})" for name in (io.ALL_SUMMARY_CSV, io.ALL_REVISION_CSV,
-                                                  io.ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS)]
+    lines += [f"- [{name}]({name})" for name in (ALL_SUMMARY_CSV, ALL_REVISION_CSV,
+                                                  ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS)]
     return "\n".join(lines) + "\n"
 
 
@@ -233,12 +247,12 @@ def write_report(out_dir: str | Path, text: str) -> Path:
     """Write ``report.md`` atomically into ``out_dir``.
 
     Args:
-        out_dir: ``io.all_models_dir(output_dir, oracle_setting)``.
+        out_dir: ``layouts.all_models_dir(output_dir, oracle_setting)``.
         text: :func:`render_report` of the runs.
 
     Returns:
         The path written.
     """
     path = Path(out_dir) / REPORT_MD
-    io.write_text_atomic(path, text)
+    write_text_atomic(path, text)
     return path
