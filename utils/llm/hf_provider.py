@@ -54,7 +54,13 @@ from utils.llm.chat_format import (
     probe_chat_template,
     template_errors,
 )
-from utils.llm.models import DEFAULT_MAX_TOKENS, ModelSpec, model_fingerprint, resolve_model
+from utils.llm.models import (
+    DEFAULT_MAX_TOKENS,
+    ModelSpec,
+    local_manifest,
+    model_fingerprint,
+    resolve_model,
+)
 from utils.llm.settings import TransformersConfig
 
 logger = logging.getLogger(__name__)
@@ -301,16 +307,12 @@ class TransformersChatModel(ChatModel):
         system text, merged turns; docs/chat_templates.md), so manifests of earlier runs stay
         equal.
         """
-        fmt = self.chat_format
-        return {
-            "provider": self.provider, "model": self.model, "model_id": self.spec.model_id,
-            **model_fingerprint(self.spec),
-            "interface": self.spec.hf_interface, "dtype": self.dtype_name,
-            "trust_remote_code": self.spec.trust_remote_code,
-            "generation": {"do_sample": False, "max_output_length": self.max_new_tokens},
-            "template_kwargs": self.template_kwargs or None,
-            **({"chat_format": fmt.describe()} if fmt.changes_prompt else {}),
-        }
+        return local_manifest(
+            self.provider, self.model, self.spec, model_fingerprint(self.spec), self.chat_format,
+            interface=self.spec.hf_interface, dtype=self.dtype_name,
+            trust_remote_code=self.spec.trust_remote_code,
+            generation={"do_sample": False, "max_output_length": self.max_new_tokens},
+            template_kwargs=self.template_kwargs or None)
 
     def runtime_info(self) -> dict[str, Any]:
         """How the model ran (recorded, not compared on resume)."""

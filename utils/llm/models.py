@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,25 @@ def model_fingerprint(spec: ModelSpec) -> dict[str, str | None]:
     return {"revision": revision,
             "config_sha256": _sha256_file(config) if config is not None else None,
             "chat_template_sha256": chat_template_sha256(template)}
+
+
+def local_manifest(provider: str, model: str, spec: ModelSpec, fingerprint: Mapping[str, Any],
+                   chat_format: Any, **fields: Any) -> dict[str, Any]:
+    """The ``describe()`` of a provider that runs a model here (vLLM, transformers).
+
+    ``provider``, ``model``, ``model_id`` and the fingerprint first, then the provider's own
+    ``fields`` in their order, then ``chat_format`` only when the template's rules reshape the
+    prompt (folded system text, merged turns; docs/chat_templates.md), so manifests of earlier
+    runs stay equal.
+
+    Args:
+        provider: Registry name.
+        model: ``--model`` as given.
+        spec: The resolved model.
+        fingerprint: Revision, config and chat template hashes (:func:`model_fingerprint`).
+        chat_format: The provider's ``ChatFormat`` (``changes_prompt``, ``describe()``).
+        **fields: The provider's settings that determine the outputs.
+    """
+    return {"provider": provider, "model": model, "model_id": spec.model_id, **fingerprint,
+            **fields, **({"chat_format": chat_format.describe()}
+                         if chat_format.changes_prompt else {})}

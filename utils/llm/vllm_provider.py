@@ -67,6 +67,7 @@ from utils.llm.models import (
     DEFAULT_MAX_TOKENS,
     ModelSpec,
     chat_template_sha256,
+    local_manifest,
     model_fingerprint,
     resolve_model,
 )
@@ -507,19 +508,14 @@ class VLLMChatModel(ChatModel):
         system text, merged turns; docs/chat_templates.md), so manifests of earlier runs stay
         equal.
         """
-        fmt = self.chat_format
-        return {
-            "provider": self.provider, "model": self.model, "model_id": self.spec.model_id,
-            **self.fingerprint(),
-            "dtype": self.spec.dtype, "trust_remote_code": self.spec.trust_remote_code,
-            "max_model_len": self.engine_kwargs.get("max_model_len"),
-            "limit_mm_per_prompt": self.engine_kwargs.get("limit_mm_per_prompt"),
-            "sampling": {"temperature": 0.0, "top_p": 1.0, "max_output_length": self.max_tokens,
-                         "seed": self.seed},
-            "chat_template_kwargs": self.chat_template_kwargs,
-            "image_format": "data_url",
-            **({"chat_format": fmt.describe()} if fmt.changes_prompt else {}),
-        }
+        return local_manifest(
+            self.provider, self.model, self.spec, self.fingerprint(), self.chat_format,
+            dtype=self.spec.dtype, trust_remote_code=self.spec.trust_remote_code,
+            max_model_len=self.engine_kwargs.get("max_model_len"),
+            limit_mm_per_prompt=self.engine_kwargs.get("limit_mm_per_prompt"),
+            sampling={"temperature": 0.0, "top_p": 1.0, "max_output_length": self.max_tokens,
+                      "seed": self.seed},
+            chat_template_kwargs=self.chat_template_kwargs, image_format="data_url")
 
     def runtime_info(self) -> dict[str, Any]:
         """How the engine ran (recorded, not compared on resume).

@@ -174,9 +174,7 @@ class Checkpointer:
         self.unsaved += 1
         if (self.unsaved >= self.save_every
                 and time.monotonic() - self.last_save >= self.interval_s):
-            n = self.session.write_results()
-            logger.info("checkpoint: %d finished case(s) in %s", n,
-                        self.session.store.results_path)
+            self.session.checkpoint()
             self.unsaved, self.last_save = 0, time.monotonic()
 
 

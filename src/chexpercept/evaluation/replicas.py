@@ -254,7 +254,7 @@ class ReplicaWorker:
                 engine raised.
         """
         settings = self.settings
-        batch = [s for s in self.states if s.runnable and _next_index(s) == turn_index]
+        batch = [s for s in self.states if s.runnable and s.next_index == turn_index]
         if settings is None or self.failed or not batch:
             return None
         try:
@@ -378,11 +378,6 @@ class ReplicatedModel(ChatModel):
     def close(self) -> None:
         """Release every replica's engine, then end the actors."""
         self.pool.close("close")
-
-
-def _next_index(state: CaseState) -> int | None:
-    turn = state.dialogue.next_turn
-    return None if turn is None else turn.spec.index
 
 
 def _turn_indices(states: Iterable[CaseState]) -> list[int]:
@@ -523,9 +518,7 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
                     finished, tripped = _append_batch(session, r, batch, stop, drain)
                     unsaved[0] += finished
                 if unsaved[0] >= settings.save_every:
-                    done = session.write_results()
-                    logger.info("checkpoint: %d finished case(s) in %s", done,
-                                session.store.results_path)
+                    session.checkpoint()
                     unsaved[0] = 0
                 low = min(plan[i][handled[i]] if handled[i] < len(plan[i]) else NUM_TURNS
                           for i in range(n))

@@ -47,12 +47,6 @@ from utils.llm.retry import BatchStopped
 logger = logging.getLogger(__name__)
 
 
-def _next_index(state: CaseState) -> int | None:
-    """Turn index of the case's next turn (None when finished)."""
-    turn = state.dialogue.next_turn
-    return None if turn is None else turn.spec.index
-
-
 def _finish_batch(session: RunSession, batch: list[CaseState], prepared: list[PreparedTurn],
                   completions: list[Completion], elapsed: float) -> int:
     """Record a batch's completions; returns the cases it finished.
@@ -118,7 +112,7 @@ def _by_turn_index(session: RunSession, model: ChatModel,
     if progress is not None:
         turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
     for t in turn_indices:
-        batch = [s for s in session.active_states if s.runnable and _next_index(s) == t]
+        batch = [s for s in session.active_states if s.runnable and s.next_index == t]
         if not batch:
             continue
         finished, elapsed = _ask(session, model, batch, None)
@@ -199,9 +193,7 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         for finished in calls:
             unsaved += finished
             if unsaved >= settings.save_every:
-                n = session.write_results()
-                logger.info("checkpoint: %d finished case(s) in %s", n,
-                            session.store.results_path)
+                session.checkpoint()
                 unsaved = 0
         if window is not None:
             logger.info("dialogue window: %s", window.describe())

@@ -257,6 +257,12 @@ class CaseState:
         return self.dialogue.case.key_id
 
     @property
+    def next_index(self) -> int | None:
+        """Turn index (0-8) of the case's next turn; None when it is finished."""
+        turn = self.dialogue.next_turn
+        return None if turn is None else turn.spec.index
+
+    @property
     def runnable(self) -> bool:
         """Whether the case has a turn to ask in this invocation."""
         return not self.dialogue.finished and self.fault is None
@@ -536,6 +542,16 @@ class RunSession:
                                                  self.store.results_path, selected))
         self.dirty = False
         return sum(s.dialogue.finished for s in self.states.values())
+
+    def checkpoint(self) -> int:
+        """:meth:`write_results` and one log line saying so (every runner's checkpoint).
+
+        Returns:
+            The number of finished cases written.
+        """
+        n = self.write_results()
+        logger.info("checkpoint: %d finished case(s) in %s", n, self.store.results_path)
+        return n
 
     def finish(self, state: CaseState, prep: PreparedTurn, completion: Completion,
                batch_latency_s: float) -> bool:
