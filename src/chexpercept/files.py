@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
-import io as _io
+import io
 import json
 import os
 import tempfile
@@ -181,7 +181,7 @@ def write_csv_atomic(
     Raises:
         SchemaError: If a row has a key not in ``columns``.
     """
-    buf = _io.StringIO()
+    buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for i, row in enumerate(rows):

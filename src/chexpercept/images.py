@@ -8,7 +8,7 @@ images").
 
 from __future__ import annotations
 
-import io as _io
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,7 +32,7 @@ def png_bytes(array: np.ndarray, *, compress_level: int | None = None) -> bytes:
 
     ``compress_level`` (zlib 0-9) trades size for speed; None keeps PIL's default (6).
     """
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     extra = {} if compress_level is None else {"compress_level": compress_level}
     Image.fromarray(np.ascontiguousarray(array)).save(buf, format="PNG", optimize=False, **extra)
     return buf.getvalue()

@@ -232,13 +232,13 @@ def _write_small_copy(src: Path, target: Path, max_side: int) -> None:
     Raises:
         InputError: If ``src`` cannot be decoded (names the file).
     """
-    import io as _io
+    import io
 
     from PIL import Image
 
     image = load_image(src)
     image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     image.save(buf, format="jpeg", quality=85)
     write_bytes_atomic(target, buf.getvalue())
 

@@ -10,7 +10,7 @@ pixels are not those images (docs/curation.md, "Public sources").
 
 from __future__ import annotations
 
-import io as _io
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -116,7 +116,7 @@ def render_stand_in(image_id: str, width: int, height: int,
 
 
 def _png(array: np.ndarray) -> bytes:
-    buf = _io.BytesIO()
+    buf = io.BytesIO()
     Image.fromarray(np.ascontiguousarray(array)).save(buf, format="PNG")
     return buf.getvalue()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import gzip
 import importlib.util
-import io as _io
+import io
 import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -227,18 +227,18 @@ def find_table(tables_dir: str | Path | None, names: Sequence[str], *, what: str
                      f"torchxrayvision==1.5.7)")
 
 
-def _open_text(path: Path) -> _io.TextIOBase:
+def _open_text(path: Path) -> io.TextIOBase:
     """A text stream of a ``.csv``, ``.csv.gz`` or ``.zip`` holding one CSV."""
     try:
         if path.name.endswith(".gz"):
-            return _io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
         if path.name.endswith(".zip"):
             archive = zipfile.ZipFile(path)
             members = [n for n in archive.namelist() if n.endswith(".csv")]
             if len(members) != 1:
                 raise SchemaError(f"{path}: expected one .csv inside the zip, found "
                                   f"{archive.namelist()}")
-            return _io.TextIOWrapper(archive.open(members[0]), encoding="utf-8", newline="")
+            return io.TextIOWrapper(archive.open(members[0]), encoding="utf-8", newline="")
         return open(path, encoding="utf-8", newline="")  # noqa: SIM115
     except (OSError, zipfile.BadZipFile) as exc:
         raise SchemaError(f"{path}: cannot open the table ({exc})") from None
