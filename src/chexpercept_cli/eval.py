@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.errors import ConfigError
@@ -54,6 +56,7 @@ from utils.llm.registry import (
     DEFAULT_MODEL,
     DEFAULT_PROVIDER,
     PROVIDERS,
+    ProviderFlag,
     default_model,
     flag_options,
     is_plugin_spec,
@@ -104,12 +107,29 @@ def check_provider_flags(args: argparse.Namespace, provider: str) -> None:
         raise ConfigError("--server-wait applies to a server given with --base-url "
                           "(a hosted API is not waited for)")
     if provider_class(provider).kind == "api" and not args.model and not args.validate_only:
+        example = provider_class(provider).example_model
         raise ConfigError(f"--provider {provider} needs --model (the model or deployment to "
-                          f"call; for an OpenAI-compatible server, the name it serves)")
+                          f"call{f', e.g. --model {example}' if example else ''}; for an "
+                          f"OpenAI-compatible server, the name it serves)")
 
 
-#: argparse value type of each ``ProviderFlag.value_type``.
-_VALUE_TYPES = {"int": int, "float": float, "str": str, "json": None}
+def _flag_type(spec: ProviderFlag) -> Any:
+    """The argparse type of a provider flag: converted, then checked by its option's check.
+
+    A nonsense value is so refused with one line before anything runs.
+    """
+    def parse(text: str) -> Any:
+        if spec.value_type == "json":
+            return _json_object(text)
+        value = {"int": int, "float": float, "str": str}[spec.value_type](text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        problem = spec.check(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    parse.__name__ = spec.value_type  # argparse names the type in its message
+    return parse
 
 
 def _dest(flag: str) -> str:
@@ -129,7 +149,7 @@ def _add_provider_args(parser: argparse.ArgumentParser) -> None:
         alias = "--" + _dest(spec.flag)
         group.add_argument(spec.flag, *([alias] if alias != spec.flag else []),
                            dest=_dest(spec.flag), default=None,
-                           type=_VALUE_TYPES[spec.value_type] or _json_object,
+                           type=_flag_type(spec),
                            help=f"{spec.help} (--provider {' / '.join(spec.providers)})"
                            .replace("%", "%%"))
     group.add_argument("--concurrency", type=positive_int, default=None,
@@ -294,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level, None, progress=show_progress)
     output_path, seed = _from_config(args)
     provider = DEBUG_PROVIDER if args.debug else args.provider
-    check_provider_flags(args, provider)
     options = provider_flag_options(args, provider)  # a flag it does not take: refused now
+    check_provider_flags(args, provider)
     ray = ray_settings(args)
     selection = {"limit": args.limit, "per_path_limit": args.per_path_limit,
                  "part": args.part, "total_parts": args.total_parts}

@@ -241,7 +241,8 @@ def test_connection_refused_after_retries_records_nothing_and_stops(tmp_path, ca
 
 # -- flags the chosen provider would ignore ---------------------------------------------------
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--provider", "dummy", "--max-new-tokens", "64"], "the dummy baseline generates no text"),
+    (["--provider", "dummy", "--max-new-tokens", "64"],
+     "--max-new-tokens applies to --provider .*, not dummy"),
     (["--provider", "openai"], "--provider openai needs --model"),
     (["--provider", "gemini", "--model", "gemini-3.1-pro", "--extra-body", "{}"],
      "--extra-body applies to --provider openai / azure, not gemini"),

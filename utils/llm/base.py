@@ -212,6 +212,9 @@ class ChatModel(abc.ABC):
     #: One line for ``--provider``'s help (``registry.provider_listing``).
     description: ClassVar[str] = ""
 
+    #: A ``--model`` value the messages may give as an example ("" for none).
+    example_model: ClassVar[str] = ""
+
     @classmethod
     def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
                      ) -> float | None:

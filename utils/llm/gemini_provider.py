@@ -99,6 +99,7 @@ class GeminiChatModel(ApiChatModel):
 
     provider = "gemini"
     kind = "api"
+    example_model = "gemini-3.1-pro-preview"
     description = "Gemini Developer API or Vertex AI"
     config_class = GeminiConfig
 

@@ -230,6 +230,7 @@ class OpenAIChatModel(ApiChatModel):
 
     provider = "openai"
     kind = "api"
+    example_model = "gpt-5.4"
     description = ("OpenAI, or any OpenAI-compatible server such as vLLM or SGLang with "
                    "--base-url")
     config_class = OpenAIConfig

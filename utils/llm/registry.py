@@ -230,6 +230,8 @@ class ProviderFlag:
             field's annotation).
         help: The field's attribute docstring (the first config that has it).
         providers: The registered providers whose config has the field, registry order.
+        checks: The field's value checks, one per config that has it (a value one of them
+            accepts may be given; the chosen provider's config checks it again).
     """
 
     flag: str
@@ -237,6 +239,12 @@ class ProviderFlag:
     value_type: str
     help: str
     providers: tuple[str, ...]
+    checks: tuple[Any, ...] = ()
+
+    def check(self, value: Any) -> str | None:
+        """None when some provider's check accepts ``value``, else what was expected."""
+        found = [c(value) for c in self.checks if c is not None]
+        return None if not found or None in found else found[0]
 
 
 def _value_type(annotation: Any) -> str:
@@ -275,7 +283,8 @@ def provider_flags() -> tuple[ProviderFlag, ...]:
                 raise RuntimeError(f"{flag} sets {seen.option} and {f.name}")
             found[flag] = ProviderFlag(flag, f.name, _value_type(f.type),
                                        seen.help if seen else docs.get(f.name, ""),
-                                       (*(seen.providers if seen else ()), name))
+                                       (*(seen.providers if seen else ()), name),
+                                       (*(seen.checks if seen else ()), f.metadata.get("check")))
     return tuple(found.values())
 
 
