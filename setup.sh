@@ -4,7 +4,8 @@
 # Usage: bash setup.sh [--tests] [--skip-lisa] [--skip-sam3] [--skip-chexmask-u] [--cpu-only] [-h|--help]
 #
 # 1. Creates .venv with pip (Python >= 3.11; set PYTHON=/path/to/python3 to choose one) and
-#    installs this project editable with the CPU pipeline (`pip install -e ".[fixtures]"`).
+#    installs this project editable with the CPU pipeline (`pip install -e ".[fixtures]"`) and
+#    torchxrayvision's wheel without its dependencies (its NIH tables, for the public smoke).
 #    --tests also installs what the test suite needs (`.[fixtures,dev]` + sam2: pytest, the openai and
 #    google-genai SDKs, torch + torchvision + transformers for the tiny-VLM tests; several GB)
 #    and, when missing, Debian's chromium for the browser tests (apt-get; about 30 s).
@@ -59,6 +60,11 @@ else
     SAM2_BUILD_CUDA=0 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
       --no-build-isolation "sam2==1.1.0" "hydra-core~=1.3.8" "iopath~=0.1.10"
   fi
+  # The public smoke (scripts/public_sample_test.sh) reads NIH's box and image tables from
+  # torchxrayvision's data/ folder without importing it (docs/public_data.md): the wheel alone,
+  # without torch and its CUDA wheels (a no-op where the dev extra already installed it).
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    "torchxrayvision==1.5.7"
   echo "$want" > "$(stamp_of "$extras")"
   echo "setup.sh: .venv ready ($(.venv/bin/python --version))"
 fi

@@ -20,6 +20,8 @@ import csv
 import gzip
 import importlib.util
 import io
+import shlex
+import sys
 import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -195,6 +197,15 @@ def installed_tables_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
+def install_tables_line() -> str:
+    """The exact shell line that installs torchxrayvision's tables into this interpreter.
+
+    ``--no-deps``: only the wheel's ``data/`` folder is read (never imported), so torch and its
+    CUDA wheels are not needed (docs/public_data.md, "Install and download").
+    """
+    return f"{shlex.quote(sys.executable)} -m pip install --no-deps torchxrayvision==1.5.7"
+
+
 def find_optional_table(tables_dir: str | Path | None, names: Sequence[str]) -> Path | None:
     """The first of ``names`` found in ``tables_dir`` (None: the installed package's data)."""
     folder = Path(tables_dir) if tables_dir else installed_tables_dir()
@@ -223,8 +234,9 @@ def find_table(tables_dir: str | Path | None, names: Sequence[str], *, what: str
     where = (f"{folder}" if folder is not None
              else "the installed torchxrayvision package (not installed)")
     raise InputError(f"{what} not found in {where}: tried {', '.join(names)} (set "
-                     f"path.source_tables_path to the folder holding it, or pip install "
-                     f"torchxrayvision==1.5.7)")
+                     f"path.source_tables_path to the folder holding it, or install the "
+                     f"tables into this interpreter ({sys.executable}) without torch: "
+                     f"{install_tables_line()})")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
