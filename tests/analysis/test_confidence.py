@@ -5,7 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from chexpercept.analysis.confidence import auroc_delong, option_probs_from_top_logprobs
+from chexpercept.analysis.confidence import (
+    answer_position_top_logprobs,
+    auroc_delong,
+    option_probs_from_top_logprobs,
+)
 from chexpercept.errors import ChexperceptError
 
 
@@ -14,6 +18,13 @@ def test_option_probs_renormalise_and_merge_whitespace():
     probs, residual = option_probs_from_top_logprobs(top, 3)
     assert probs == pytest.approx({"1": 0.75, "2": 0.25, "3": 0.0})
     assert residual == pytest.approx(0.2)
+
+
+def test_answer_position_is_first_digit_token():
+    steps = [("Answer", {"Answer": -0.1}), (":", {":": -0.1}), (" 2", {" 2": -0.2, " 1": -1.9}),
+             ("3", {"3": -0.1})]
+    assert answer_position_top_logprobs(steps) == {" 2": -0.2, " 1": -1.9}
+    assert answer_position_top_logprobs([("No", {"No": -0.1})]) is None
 
 
 def test_option_probs_refuse_when_no_option_listed():

@@ -1,8 +1,9 @@
 """Stage 04: option probabilities from token log-probabilities, and AUROC with a DeLong interval.
 
-Two pure functions that the option-probability feature (issue 23, item 3) builds on
+Pure functions that the option-probability feature (issue 23, item 3) builds on
 (docs/metrics.md, "Option probabilities and AUROC"):
 
+- :func:`answer_position_top_logprobs` picks the position where the answer number is emitted;
 - :func:`option_probs_from_top_logprobs` turns the top-k log-probabilities at the position where
   the answer number is emitted into option probabilities;
 - :func:`auroc_delong` computes the AUROC of a score against a binary truth with DeLong's
@@ -21,6 +22,27 @@ import numpy as np
 from scipy.stats import norm
 
 from chexpercept.errors import ChexperceptError
+
+
+def answer_position_top_logprobs(
+    steps: Sequence[tuple[str, Mapping[str, float]]],
+) -> Mapping[str, float] | None:
+    """The top-k log-probabilities at the position where the answer number is emitted.
+
+    Args:
+        steps: the generated tokens in order, each ``(token text, {candidate text: logprob})``
+            (the shape both vLLM's ``CompletionOutput.logprobs`` and the OpenAI ``logprobs.content``
+            reduce to once decoded).
+
+    Returns:
+        The candidate map of the first step whose token text, stripped of whitespace, is a
+        non-empty digit string; None when no generated token is a number (then the answer has
+        no option probabilities, never a guessed one).
+    """
+    for token, top in steps:
+        if token.strip().isdigit():
+            return top
+    return None
 
 
 def option_probs_from_top_logprobs(
