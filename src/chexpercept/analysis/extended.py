@@ -36,6 +36,7 @@ from chexpercept.analysis.case_table import (
     structural,
 )
 from chexpercept.analysis.chance import CHANCE, chance_table
+from chexpercept.analysis.detection import DETECTION_COLUMNS, detection_rows
 from chexpercept.analysis.release_tables import (
     ATTRIBUTE_DETAIL_PATH,
     SETTINGS,
@@ -55,9 +56,10 @@ LESION_CSV = "lesion_stage_accuracy.csv"
 SUBQUESTION_CSV = "subquestion_accuracy.csv"
 STATUS_CSV = "stage_status.csv"
 FUNNEL_CSV = "e2e_funnel.csv"
+DETECTION_CSV = "detection_metrics.csv"
 #: The new CSVs, in writing order.
 EXTENDED_CSVS: tuple[str, ...] = (STAGE_CI_CSV, LESION_CSV, SUBQUESTION_CSV, FUNNEL_CSV,
-                                  STATUS_CSV)
+                                  STATUS_CSV, DETECTION_CSV)
 
 #: Identity columns of every new table (runs identified by provider, model and variant).
 ID_COLUMNS: tuple[str, ...] = ("model", "provider", "model_name", "variant")
@@ -318,11 +320,17 @@ def status_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
+def detection_metric_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``detection_metrics.csv`` (:func:`detection.detection_rows`) with the run ids."""
+    return [{**a.ids(), **r} for r in detection_rows(a.table, chance=a.run is None)]
+
+
 _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              LESION_CSV: (lesion_rows, LESION_COLUMNS, True),
              SUBQUESTION_CSV: (subquestion_rows, SUBQUESTION_COLUMNS, True),
              FUNNEL_CSV: (funnel_rows, FUNNEL_COLUMNS, True),
-             STATUS_CSV: (status_rows, STATUS_COLUMNS, False)}
+             STATUS_CSV: (status_rows, STATUS_COLUMNS, False),
+             DETECTION_CSV: (detection_metric_rows, (*ID_COLUMNS, *DETECTION_COLUMNS), True)}
 
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
+from chexpercept.analysis.detection import detection_rows
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.release_tables import SETTINGS
 from chexpercept.files import write_text_atomic
@@ -235,12 +236,44 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         body.append([a.name, str(int(a.table.missing.sum())), *rates])
     lines += _table(["model", "missing", *STATUSES], body)
 
+    lines += detection_section(everyone)
+
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     lines += ["## Tables", ""]
     lines += [f"- [{name}]({name})" for name in (ALL_SUMMARY_CSV, ALL_REVISION_CSV,
                                                   ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS)]
     return "\n".join(lines) + "\n"
+
+
+def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Report section: pooled Stage 1 detection metrics per run, chance last.
+
+    Definitions: docs/metrics.md, "Detection metrics"; per lesion in ``detection_metrics.csv``.
+    """
+    lines = ["## Detection: sensitivity and specificity (pooled over lesions)", "",
+             "Positives: lesion-present cases, negatives: lesion-free cases; a failed or "
+             "unparsed answer counts as wrong. Percent with the 95% Wilson interval (balanced "
+             "accuracy: MOVER from the two Wilson intervals; chance: expected value). Per "
+             "lesion: `detection_metrics.csv`.", ""]
+    names = ("sensitivity", "specificity", "balanced_accuracy", "ppv", "npv")
+    body = []
+    for a in analyses:
+        rows = {r["metric"]: r for r in detection_rows(a.table, chance=a.run is None)
+                if r["lesion"] == "all"}
+        cells = []
+        for m in names:
+            r = rows.get(m)
+            if r is None or math.isnan(r["value"]):
+                cells.append("n/a")
+            elif math.isnan(r["ci_low"]):
+                cells.append(f"{100 * r['value']:.1f}")
+            else:
+                cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, "
+                             f"{100 * r['ci_high']:.1f}]")
+        body.append([a.name, *cells])
+    return lines + _table(["model", "sensitivity", "specificity", "balanced acc.", "PPV",
+                           "NPV"], body)
 
 
 def write_report(out_dir: str | Path, text: str) -> Path:
