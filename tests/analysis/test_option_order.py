@@ -15,7 +15,7 @@ def _record(det_gt: int, det_ok: bool, *, order=None, circ=None, loc=None):
         det["option_order"] = order
     if circ is not None:
         det["circular_correct"] = circ
-    rec = {"detection_qa": det}
+    rec = {"qa_path": "revision_free", "detection_qa": det}
     if loc is not None:  # a multi-select sub-question: never counted
         rec["attribute_extraction_qa"] = {
             "responses": {"location": "1,2"}, "ground_truth": {"location": loc,
@@ -29,7 +29,7 @@ def test_release_always_one_is_perfect_on_positive_detection():
     records = {f"k{i}": _record(1, True) for i in range(5)}
     base = always_k_baselines(records)
     assert base.to_dict("records") == [
-        {"question": "detection_qa", "k": 1, "n": 5, "accuracy": 1.0}]
+        {"question": "detection_qa", "path": "revision_free", "k": 1, "n": 5, "accuracy": 1.0}]
 
 
 def test_displayed_position_follows_option_order():

@@ -30,8 +30,8 @@ SINGLE_SECTIONS = ("detection_qa", "contour_evaluation_qa")
 #: Sections that hold sub-question blocks keyed by the ``ground_truth`` mapping's keys.
 SUB_SECTIONS = ("contour_revision_qa", "attribute_extraction_qa")
 
-POSITION_COLUMNS = ("question", "position", "n", "accuracy", "circular_accuracy")
-BASELINE_COLUMNS = ("question", "k", "n", "accuracy")
+POSITION_COLUMNS = ("question", "path", "position", "n", "accuracy", "circular_accuracy")
+BASELINE_COLUMNS = ("question", "path", "k", "n", "accuracy")
 
 
 def _displayed(gt: int, order: Any, where: str) -> int:
@@ -50,7 +50,7 @@ def _displayed(gt: int, order: Any, where: str) -> int:
 
 
 def _questions(records: Mapping[str, Any]):
-    """Yield ``(question, displayed_position, correct, circular_correct_or_None)``.
+    """Yield ``(question, qa_path, displayed_position, correct, circular_correct_or_None)``.
 
     Raises:
         ValueError: a single-choice ground truth that is not a positive int, or a bad
@@ -78,34 +78,36 @@ def _questions(records: Mapping[str, Any]):
                 if isinstance(gt, bool) or not isinstance(gt, int) or gt < 1:
                     raise ValueError(f"{where}: ground truth {gt!r} is not a 1-based option")
                 pos = _displayed(gt, flags.get("option_order"), where)
-                yield question, pos, flags["correct"] is True, flags.get("circular_correct")
+                yield (question, str(rec.get("qa_path", "")), pos, flags["correct"] is True,
+                       flags.get("circular_correct"))
 
 
 def position_accuracy(records: Mapping[str, Any]) -> pd.DataFrame:
-    """Accuracy by the correct option's displayed position, per question.
+    """Accuracy by the correct option's displayed position, per question and QA path.
 
     Args:
         records: ``all_results.json`` content (``{key_id: record}``).
 
     Returns:
-        DataFrame with :data:`POSITION_COLUMNS`; ``circular_accuracy`` is NaN where no
-        question in the cell has ``circular_correct``. Sorted by question, position.
+        DataFrame with :data:`POSITION_COLUMNS` (``path``: the record's ``qa_path``);
+        ``circular_accuracy`` is NaN where no question in the cell has ``circular_correct``.
+        Sorted by question, path, position.
     """
-    rows: dict[tuple[str, int], list] = {}
-    for question, pos, ok, circ in _questions(records):
-        cell = rows.setdefault((question, pos), [0, 0, 0, 0])
+    rows: dict[tuple[str, str, int], list] = {}
+    for question, path, pos, ok, circ in _questions(records):
+        cell = rows.setdefault((question, path, pos), [0, 0, 0, 0])
         cell[0] += 1
         cell[1] += ok
         if circ is not None:
             cell[2] += 1
             cell[3] += circ is True
-    out = [(q, p, n, c / n, (cc / nc) if nc else float("nan"))
-           for (q, p), (n, c, nc, cc) in sorted(rows.items())]
+    out = [(q, path, p, n, c / n, (cc / nc) if nc else float("nan"))
+           for (q, path, p), (n, c, nc, cc) in sorted(rows.items())]
     return pd.DataFrame(out, columns=list(POSITION_COLUMNS))
 
 
 def always_k_baselines(records: Mapping[str, Any]) -> pd.DataFrame:
-    """Accuracy of always answering displayed option k, per question.
+    """Accuracy of always answering displayed option k, per question and QA path.
 
     k runs from 1 to the largest displayed correct position seen for the question (an option
     never correct scores 0 and is left out).
@@ -114,14 +116,15 @@ def always_k_baselines(records: Mapping[str, Any]) -> pd.DataFrame:
         records: ``all_results.json`` content.
 
     Returns:
-        DataFrame with :data:`BASELINE_COLUMNS`, sorted by question, k.
+        DataFrame with :data:`BASELINE_COLUMNS` (``path``: the record's ``qa_path``), sorted
+        by question, path, k.
     """
-    positions: dict[str, list[int]] = {}
-    for question, pos, _, _ in _questions(records):
-        positions.setdefault(question, []).append(pos)
+    positions: dict[tuple[str, str], list[int]] = {}
+    for question, path, pos, _, _ in _questions(records):
+        positions.setdefault((question, path), []).append(pos)
     out = []
-    for question in sorted(positions):
-        pos = positions[question]
-        out += [(question, k, len(pos), pos.count(k) / len(pos))
+    for question, path in sorted(positions):
+        pos = positions[(question, path)]
+        out += [(question, path, k, len(pos), pos.count(k) / len(pos))
                 for k in range(1, max(pos) + 1)]
     return pd.DataFrame(out, columns=list(BASELINE_COLUMNS))
