@@ -44,7 +44,7 @@ def test_no_provider_name_outside_the_registry():
 
 
 def test_registered_providers_declare_their_kind():
-    assert providers_of_kind("api") == ["openai", "azure", "gemini"]
+    assert providers_of_kind("api") == ["openai", "azure", "gemini", "anthropic"]
     assert providers_of_kind("baseline") == ["dummy", "random", "oracle"]
     assert set(providers_of_kind("engine")) == {"opensource", "transformers"}
     assert all(provider_class(name).description for name in PROVIDERS)

@@ -60,6 +60,7 @@ def _base(name, model_dir):
         "openai": ("srv", {"env": {}}, {"base_url": SERVER}),
         "azure": ("gpt-5.4", {"env": AZURE_ENV}, {"base_url": "http://127.0.0.1:9/"}),
         "gemini": ("gemini-3.1-pro-preview", {"env": GEMINI_ENV}, {}),
+        "anthropic": ("claude-sonnet-4-5", {"env": {"ANTHROPIC_API_KEY": "k"}}, {}),
         "opensource": ("qwen3.5-moe", {}, {"model_path": str(model_dir)}),
         "transformers": ("tiny", {}, {"model_path": str(model_dir)}),
         "dummy": ("baseline", {}, {}),

@@ -44,6 +44,7 @@ PROVIDERS: dict[str, str] = {
     "openai": "utils.llm.openai_provider:OpenAIChatModel",
     "azure": "utils.llm.openai_provider:AzureOpenAIChatModel",
     "gemini": "utils.llm.gemini_provider:GeminiChatModel",
+    "anthropic": "utils.llm.anthropic_provider:AnthropicChatModel",
 }
 
 #: Providers that call no model; their default ``--model`` is ``baseline``.

@@ -484,6 +484,33 @@ class GeminiConfig(ApiConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AnthropicConfig(ApiConfig):
+    """Settings of ``anthropic``: Claude through the Messages API.
+
+    Defaults and the thinking mapping follow docs/engines.md, "Claude".
+    """
+
+    provider: ClassVar[str] = "anthropic"
+
+    max_output_tokens: int = option(DEFAULT_MAX_OUTPUT_TOKENS, integer(1))
+    """``max_tokens`` per call (default 8192, as the other API providers)."""
+    max_new_tokens: int | None = option(None, integer(1, optional=True), "--max-new-tokens")
+    """Replaces ``max_output_tokens`` when given."""
+    thinking_budget: int | None = option(None, integer(1024, optional=True))
+    """Extended thinking: ``thinking={"type": "enabled", "budget_tokens": N}`` (Claude's
+    minimum is 1024; it must stay below ``max_tokens``); None: no thinking field is sent."""
+    no_thinking: bool = option(False, boolean(), "--no-thinking")
+    """Sends ``thinking={"type": "disabled"}``; refused together with ``thinking_budget``."""
+    extra_body: dict[str, Any] | None = option(None, mapping(), "--extra-body")
+    """Further JSON request fields (e.g. ``{"temperature": 0}`` where the model still takes
+    sampling settings; SDK 2.x has no sampling arguments), recorded in the manifest; the fields
+    this provider sets (``model``, ``messages``, ``system``, ``max_tokens``, ``thinking``,
+    ``stream``) are refused."""
+    base_url: str | None = option(None, text())
+    """API endpoint override (tests, proxies); recorded in the manifest as given."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class VLLMConfig(ProviderConfig):
     """Settings of ``opensource``: an in-process vLLM engine.
 
@@ -551,8 +578,8 @@ class TransformersConfig(ProviderConfig):
 
 #: The config classes in the order docs/engines.md, "Provider settings" shows them.
 CONFIG_CLASSES: tuple[type[ProviderConfig], ...] = (
-    ApiConfig, OpenAIConfig, AzureConfig, GeminiConfig, VLLMConfig, TransformersConfig,
-    RandomConfig)
+    ApiConfig, OpenAIConfig, AzureConfig, GeminiConfig, AnthropicConfig, VLLMConfig,
+    TransformersConfig, RandomConfig)
 
 
 # -- documentation ----------------------------------------------------------------------------
