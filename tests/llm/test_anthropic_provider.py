@@ -202,3 +202,55 @@ def test_async_path(server, png):
 
     completion = asyncio.run(go())
     assert completion.status == "ok" and completion.attempts == 2
+
+
+def test_claude_usage_is_priced_from_the_table():
+    from utils.llm.base import Usage
+    from utils.llm.pricing import cost_usd
+
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=500_000, output_tokens=100_000)
+    # cfg/pricing.yaml: claude-sonnet-4-5 input 3.00, cache read 0.30, output 15.00 per 1M
+    expected = (500_000 * 3.00 + 500_000 * 0.30 + 100_000 * 15.00) / 1e6
+    assert cost_usd("claude-sonnet-4-5-20250929", usage) == pytest.approx(expected)
+
+
+def test_stage03_cli_runs_a_whole_multi_turn_bundle(server, tmp_path, monkeypatch):
+    import importlib.util
+    import runpy
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "stage03_bundle_for_anthropic", repo / "tests" / "evaluation" / "stage03_bundle.py")
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    bench = bundle.write_bundle(tmp_path / "bench")
+    srv = server((529, error("overloaded_error", "busy")))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    out = tmp_path / "out"
+    argv = ["--provider", "anthropic", "--model", "claude-sonnet-4-5", "--benchmark-dir",
+            str(bench), "--output-path", str(out), "--no-progress", "--max-retries", "2",
+            "--no-thinking", "--max-new-tokens", "512"]
+    monkeypatch.setattr(AnthropicChatModel, "__init__", _with_base_url(srv.url))
+    script = runpy.run_path(str(repo / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
+    assert script["main"](argv) == 0
+    run_dir = out / "anthropic_claude-sonnet-4-5_no_thinking" / "oracle_implicit"
+    records = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 33 and len(srv.seen) == 34  # one 529 retried
+    assert max(len(body["messages"]) for _, _, body in srv.seen) > 1  # multi-turn history
+    assert all(body["thinking"] == {"type": "disabled"} and body["max_tokens"] == 512
+               for _, _, body in srv.seen)
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(encoding="utf-8"), path
+
+
+def _with_base_url(url):
+    original = AnthropicChatModel.__init__
+
+    def init(self, model, config=None, **kw):
+        kw.setdefault("base_url", url)
+        kw.setdefault("retry_policy", FAST)
+        original(self, model, config, **kw)
+
+    return init
