@@ -245,7 +245,7 @@ def test_connection_refused_after_retries_records_nothing_and_stops(tmp_path, ca
      "--max-new-tokens applies to --provider .*, not dummy"),
     (["--provider", "openai"], "--provider openai needs --model"),
     (["--provider", "gemini", "--model", "gemini-3.1-pro", "--extra-body", "{}"],
-     "--extra-body applies to --provider openai / azure, not gemini"),
+     "--extra-body applies to --provider openai / azure / anthropic, not gemini"),
     (["--provider", "random", "--max-image-side", "512"], "--max-image-side applies to"),
     (["--provider", "azure", "--model", "gpt-5.4", "--server-wait", "5"],
      "--server-wait applies to --provider openai"),
