@@ -56,7 +56,8 @@ def test_ray_replica_needs_come_from_the_provider():
     assert vllm.replica_options({}, 2.0) == {"tensor_parallel_size": 2}
     with pytest.raises(ConfigError, match="--vllm-engine batched"):
         vllm.replica_gpus("any/model", {"engine": "async"}, 8.0)
-    assert hf.replica_gpus("m", {}, 1.0) == 1.0 and hf.replica_gpus("m", {"device": "cpu"}, 1.0) == 0
+    assert hf.replica_gpus("m", {}, 1.0) == 1.0
+    assert hf.replica_gpus("m", {"device": "cpu"}, 1.0) == 0
     assert provider_class("openai").replica_gpus("m", {}, 0.0) is None
     assert provider_class("dummy").replica_gpus("m", {}, 0.0) == 0.0
 

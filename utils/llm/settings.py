@@ -353,7 +353,7 @@ class RandomConfig(ProviderConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class ApiConfig(ProviderConfig):
-    """Transport settings shared by the API providers (``openai``, ``azure``, ``gemini``).
+    """Transport settings shared by the API providers (openai, azure, gemini, anthropic).
 
     Only the image bounds change what the model sees: they are recorded in the run manifest
     (and compared on resume); the others are not.
