@@ -9,6 +9,10 @@
 # flags); then src/04_analyze_eval_result/01_analyze_model_performance.py runs on the same
 # --output-path, --oracle_setting and --benchmark-dir (skipped for --validate-only,
 # --estimate-cost and sharded --part runs: merge the parts with 01_merge_parts.py first).
+# Exit status: Stage 03's. When Stage 03 exits 3 (cases left unfinished: a turn got no answer),
+# Stage 04 still runs (report.md opens with the incomplete run and how many cases are missing,
+# counted missing, never wrong) and the script then exits 3; re-run the same command to complete
+# the run. Any other Stage 03 failure stops the script at once with its exit status.
 #
 # Python environment, first match wins (one line on stderr says which is used):
 #   CHEXPERCEPT_PYTHON=/path/to/python   that interpreter
@@ -55,12 +59,23 @@ chex_pyenv_select eval_chexpercept.sh "$default_env"
 [ "$CHEX_PYENV" != venv ] || bash setup.sh --cpu-only >/dev/null
 chex_pyenv_nvjitlink eval_chexpercept.sh
 
-"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@"
+# Stage 03 exits 3 when cases are left unfinished (a turn got no answer; docs/engines.md,
+# "Faults"): Stage 04 still runs, its report.md opens with the incomplete run and the number of
+# cases missing, and this script then exits 3. Any other failure stops here with its code.
+eval_rc=0
+"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@" || eval_rc=$?
+[ "$eval_rc" -eq 0 ] || [ "$eval_rc" -eq 3 ] || exit "$eval_rc"
 for arg in "$@"; do  # no analysis of a check, a cost estimate or one part of a sharded run
   case "$arg" in
-    --validate-only|--validate_only|--estimate-cost|--estimate_cost|--part|--part=*) exit 0 ;;
+    --validate-only|--validate_only|--estimate-cost|--estimate_cost|--part|--part=*) exit "$eval_rc" ;;
   esac
 done
+if [ "$eval_rc" -eq 3 ]; then
+  echo "eval_chexpercept.sh: Stage 03 left cases unfinished (exit 3); running Stage 04 anyway" \
+    "(report.md marks the run incomplete, the unfinished cases are missing, not wrong); re-run" \
+    "this command to complete them" >&2
+fi
 # The analysis goes next to the results when --output-path is given (else the release's folder).
 "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
   --oracle_setting "$setting" --benchmark-dir "$bench" --output-dir "$analysis"
+exit "$eval_rc"

@@ -5,7 +5,8 @@ The choice lives in scripts/lib/pyenv.sh, sourced by both drivers.
 Each test copies the two drivers and scripts/lib/{pyenv,smoke}.sh (smoke.sh holds the steps
 sample_test.sh shares with the public smoke) into a temporary root whose stage scripts
 are stubs: a stub records its argv, the interpreter that ran it (VIA) and LD_LIBRARY_PATH, then
-exits 0. The interpreters are stand-ins too: a `conda` on PATH that logs every call, emulates
+exits 0 (or the code STUB_EXIT, a JSON object script -> code, gives it). The interpreters are
+stand-ins too: a `conda` on PATH that logs every call, emulates
 `conda env list` and `conda run --no-capture-output -n NAME python ARGS` (runs this test's Python,
 VIA=conda:NAME); `.venv/bin/python` (VIA=venv) and a CHEXPERCEPT_PYTHON (VIA=custom). `setup.sh`
 is a stub that logs its call. The stand-ins run Python with -S so a real nvidia package in the
@@ -36,6 +37,7 @@ STUB = """import json, os, sys
 with open(os.environ["STAGE_LOG"], "a") as fh:
     fh.write(json.dumps({"script": %r, "argv": sys.argv[1:], "via": os.environ.get("VIA"),
                          "ld": os.environ.get("LD_LIBRARY_PATH")}) + "\\n")
+sys.exit(json.loads(os.environ.get("STUB_EXIT", "{}")).get(%r, 0))
 """
 
 FAKE_CONDA = """#!/usr/bin/env bash
@@ -86,7 +88,7 @@ class Sandbox:
         assert EVAL in scripts and ANALYZE in scripts
         for rel in scripts:
             (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.root / rel).write_text(STUB % rel)
+            (self.root / rel).write_text(STUB % (rel, rel))
         self.setup_log = tmp / "setup.log"
         _exe(self.root / "setup.sh",
              f'#!/usr/bin/env bash\necho "setup.sh $*" >> "{self.setup_log}"\n')
@@ -166,8 +168,39 @@ def test_env_selects_named_conda_env(box):
                                    ["--part=1", "--total-parts=2"], ["--validate-only"],
                                    ["--validate_only"], ["--estimate-cost"]])
 def test_no_analysis_for_one_part_a_check_or_a_cost_estimate(box, flags):
-    res = box.run("eval_chexpercept.sh", *_eval_args(box, *flags), CHEXPERCEPT_PYTHON=str(box.custom_py))
+    res = box.run("eval_chexpercept.sh", *_eval_args(box, *flags),
+                  CHEXPERCEPT_PYTHON=str(box.custom_py))
     _ok(res)
+    assert [s["script"] for s in box.stages()] == [EVAL]
+
+
+# Stage 03's exit 3 (unfinished cases): Stage 04 still runs on the same folders, then exit 3;
+# any other failure of Stage 03 stops the driver with its code, before Stage 04.
+@pytest.mark.parametrize("eval_rc, stages, rc", [
+    (3, [EVAL, ANALYZE], 3), (1, [EVAL], 1), (2, [EVAL], 2), (0, [EVAL, ANALYZE], 0)])
+def test_unfinished_cases_still_analysed_then_exit_3(box, eval_rc, stages, rc):
+    res = box.run("eval_chexpercept.sh", *_eval_args(box, "--oracle_setting", "none"),
+                  CHEXPERCEPT_PYTHON=str(box.custom_py), STUB_EXIT=json.dumps({EVAL: eval_rc}))
+    assert res.returncode == rc, res.stderr
+    assert [s["script"] for s in box.stages()] == stages
+    if eval_rc == 3:
+        analyze = box.stages()[1]["argv"]
+        assert analyze[analyze.index("--results-dir") + 1] == str(box.tmp / "out")
+        assert analyze[analyze.index("--oracle_setting") + 1] == "none"
+        assert "Stage 03 left cases unfinished (exit 3); running Stage 04 anyway" in res.stderr
+
+
+def test_stage04_failure_after_unfinished_cases_is_its_own_exit_code(box):
+    res = box.run("eval_chexpercept.sh", *_eval_args(box), CHEXPERCEPT_PYTHON=str(box.custom_py),
+                  STUB_EXIT=json.dumps({EVAL: 3, ANALYZE: 2}))
+    assert res.returncode == 2
+    assert [s["script"] for s in box.stages()] == [EVAL, ANALYZE]
+
+
+def test_unfinished_part_run_is_not_analysed_and_exits_3(box):
+    res = box.run("eval_chexpercept.sh", *_eval_args(box, "--part", "1", "--total-parts", "2"),
+                  CHEXPERCEPT_PYTHON=str(box.custom_py), STUB_EXIT=json.dumps({EVAL: 3}))
+    assert res.returncode == 3
     assert [s["script"] for s in box.stages()] == [EVAL]
 
 

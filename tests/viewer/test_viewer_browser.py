@@ -274,3 +274,38 @@ def test_an_unfinished_case_is_missing_not_wrong(viewer_runs, open_viewer, tmp_p
     page.page.click(f"#cases-body tr[data-key='{key}']")
     page.page.wait_for_selector(".turn")
     assert "the server timed out" in page.page.inner_text(".case-summary")
+
+
+def test_an_unfinished_cases_answered_turns_show_as_answered(viewer_runs, open_viewer,
+                                                             tmp_path):
+    """As Stage 03 writes it: no chat_history, empty blocks; the answered turn is in records."""
+    _, run_a = _run(viewer_runs, 0)
+    copy = tmp_path / "run" / "oracle_implicit"
+    shutil.copytree(run_a, copy)
+    results = load_results(copy)
+    key = RR_CASE
+    results[key] = {"key_id": key, "qa_path": results[key]["qa_path"], "detection_qa": {},
+                    "contour_evaluation_qa": {}, "contour_revision_qa": {},
+                    "attribute_extraction_qa": {},
+                    "unfinished": {"next_turn": "contour_evaluation_qa", "turns_answered": 1,
+                                   "reason": "HTTP 500 from the server after 2 attempt(s)"}}
+    (copy / "all_results.json").write_text(json.dumps(results), encoding="utf-8")
+    records = [r for r in load_records(copy)
+               if r["key_id"] != key or r["turn"] == "detection_qa"]
+    first = next(r for r in records if r["key_id"] == key)
+    (copy / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records),
+                                        encoding="utf-8")
+    page_path = write_viewer([ViewerRun("run", "implicit", copy)], tmp_path / "out")
+    page = open_viewer(page_path=page_path)
+    page.page.click(f"#cases-body tr[data-key='{key}']")
+    page.page.wait_for_selector(".turn")
+    summary = page.page.inner_text(".case-summary")
+    assert ("Unfinished case: 1 turn answered; no answer to contour_evaluation_qa (HTTP 500 "
+            "from the server after 2 attempt(s)). Stage 04 counts it as missing") in summary
+    assert "{" not in summary.split("Unfinished case:")[1]  # a sentence, not JSON
+    turns = page.page.query_selector_all(".turn")
+    assert [t.get_attribute("data-turn") for t in turns] == ["detection_qa"]
+    cell = turns[0].inner_text()
+    assert "not asked in this run" not in cell
+    assert first["raw"].strip()[:40] in cell and "question text not recorded" in cell
+    assert ("correct" if first["correct"] else "wrong") in cell and "not recorded" in cell

@@ -69,14 +69,17 @@ def _incomplete_warning(analyses: Sequence[RunAnalysis]) -> list[str]:
     incomplete = [a for a in analyses if a.unfinished]
     if not incomplete:
         return []
-    lines = ["> **Warning: incomplete run(s).** Some cases got no answer for a turn (a fault "
-             "of the network or the server, never an answer of the model) or were not reached. "
-             "They are counted as missing: left out of every value below, not scored as wrong. "
-             "Re-run Stage 03 with the same command to complete them.", ">"]
+    n_missing = sum(len(a.unfinished) for a in incomplete)
+    lines = [f"> **Warning: incomplete run(s), {n_missing} case(s) missing.** Some cases got no "
+             "answer for a turn (a fault of the network or the server, never an answer of the "
+             "model) or were not reached. They are counted as missing: left out of every value "
+             "below, not scored as wrong. Re-run Stage 03 with the same command to complete "
+             "them.", ">"]
     for a in incomplete:
         key_id, reason = next(iter(a.unfinished.items()))
-        lines.append(f"> - `{a.name}`: {len(a.unfinished)} unfinished case(s), e.g. "
-                     f"`{key_id}`: {reason[:200]}")
+        total = a.table.n_cases + len(a.unfinished)
+        lines.append(f"> - `{a.name}`: **{len(a.unfinished)} of {total} case(s) missing** "
+                     f"(unfinished), e.g. `{key_id}`: {reason[:200]}")
     return [*lines, ""]
 
 

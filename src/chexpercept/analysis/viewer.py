@@ -269,10 +269,45 @@ def _stage_codes(record: Mapping[str, Any], lesion: str, qa_path: str) -> tuple[
     return "".join(codes), depth
 
 
+#: The question's text of a turn known only from ``records.jsonl`` (an unfinished case).
+UNRECORDED_TEXT = ("(question text not recorded: all_results.json keeps the dialogue of "
+                   "finished cases only; this turn's reply is from records.jsonl)")
+
+
+def _answered_turns(answered: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The turns an unfinished case got answers to, from its ``records.jsonl`` records.
+
+    An unfinished case's ``all_results.json`` entry holds no ``chat_history``
+    (docs/engines.md, "Faults"), so its answered turns come from the records, in turn order;
+    the question's text, images and ground truth are not recorded there (``gt`` is left out,
+    the viewer says "not recorded").
+    """
+    turns = []
+    for rec in sorted(answered, key=lambda r: (r.get("turn_index") is None,
+                                               r.get("turn_index") or 0)):
+        name = str(rec.get("turn", ""))
+        oracle = rec.get("oracle") or {}
+        turn: dict[str, Any] = {"name": name, "stage": _stage_or_none(name),
+                                "text": UNRECORDED_TEXT, "prefix": oracle.get("prefix") or None,
+                                "images": [], "raw": rec.get("raw", ""), "replayed": None,
+                                "patched_before": list(oracle.get("patched") or [])}
+        turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
+        turns.append(turn)
+    return turns
+
+
 def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, Any],
-                 images: _Images) -> dict[str, Any]:
-    """The dialogue of one case as the model received it (docs/viewer.md, "Case page")."""
+                 images: _Images, answered: Sequence[Mapping[str, Any]] = ()
+                 ) -> dict[str, Any]:
+    """The dialogue of one case as the model received it (docs/viewer.md, "Case page").
+
+    ``answered``: the case's ``records.jsonl`` records, used only for an unfinished case
+    without ``chat_history`` (its answered turns, :func:`_answered_turns`).
+    """
     history = record.get("chat_history") or []
+    unfinished = record.get("unfinished")
+    if not history and isinstance(unfinished, Mapping):
+        return {"turns": _answered_turns(answered), "unfinished": dict(unfinished)}
     index = record.get("_chat_history_idx") or {}
     names = {i: name for name, i in index.items() if isinstance(i, int)}
     turns = []
@@ -307,7 +342,6 @@ def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, A
             turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
         turns.append(turn)
     detail: dict[str, Any] = {"turns": turns}
-    unfinished = record.get("unfinished")
     if isinstance(unfinished, Mapping):
         detail["unfinished"] = dict(unfinished)
     return detail
@@ -530,6 +564,7 @@ def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], vie
     manifest, benchmark_dir = _manifest(run.run_dir)
     images = _Images(viewer_dir, image_max_side, benchmark_dir)
     records = read_turn_records(run.run_dir)
+    by_case: dict[str, list[Mapping[str, Any]]] | None = None  # grouped once, when needed
     data_dir = viewer_dir / "data"
     part = ViewerPart([], [], [], [], {})
     chunk: dict[str, Any] = {}
@@ -540,7 +575,14 @@ def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], vie
         lesion = lesion_from_key_id(key) if _known_lesion(key) else ""
         qa_path = str(record.get("qa_path", ""))
         codes, depth = _stage_codes(record, lesion or LESIONS[0], qa_path)
-        detail = _case_detail(record, key, records, images)
+        answered: Sequence[Mapping[str, Any]] = ()
+        if "unfinished" in record and not record.get("chat_history"):
+            if by_case is None:
+                by_case = {}
+                for rec in records.values():
+                    by_case.setdefault(str(rec.get("key_id")), []).append(rec)
+            answered = by_case.get(key, ())
+        detail = _case_detail(record, key, records, images, answered)
         part.keys.append(key)
         part.lesions.append(lesion)
         part.paths.append(qa_path)

@@ -304,8 +304,21 @@
     return list.map((v) => (opts[String(v)] ? v + " (" + opts[String(v)] + ")" : String(v))).join(", ");
   }
 
-  function turnCell(r, t, turnsByName) {
-    if (!t) return el("div", { class: "msg loading" }, "not asked in this run (or no answer recorded)");
+  // An unfinished case's reason as a sentence (the all_results.json marker: next_turn,
+  // turns_answered, reason; docs/engines.md, "Faults").
+  function unfinishedText(u) {
+    const n = Number(u.turns_answered ?? 0);
+    const answered = n === 1 ? "1 turn answered" : n + " turns answered";
+    const next = u.next_turn ? "; no answer to " + u.next_turn : "";
+    const reason = String(u.reason ?? "").trim();
+    return "Unfinished case: " + answered + next + (reason ? " (" + reason + ")" : "") +
+      ". Stage 04 counts it as missing, not wrong; re-running Stage 03 completes it.";
+  }
+
+  function turnCell(r, t, turnsByName, unfinished) {
+    if (!t) return el("div", { class: "msg loading" }, unfinished
+      ? "no answer in this run: the case is unfinished (see above)"
+      : "not asked in this run (or no answer recorded)");
     const opts = optionTexts(t.text);
     const parts = [];
     for (const name of t.patched_before || []) {
@@ -341,7 +354,7 @@
     const usage = counted.length ? counted.map(([k, v]) => k + " " + v).join(", ") : null;
     const rows = [["result", el("span", { class: "badge " + (ok ? "ok" : "bad") }, ok ? "correct" : "wrong")],
                   ["parsed answer", answerText(t.answer ?? t.parsed, opts)],
-                  ["ground truth", answerText(t.gt, opts)],
+                  ["ground truth", "gt" in t ? answerText(t.gt, opts) : "not recorded"],
                   ["status", String(t.status ?? "n/a")],
                   ["parser's reason", String(t.detail || "\u2013")]];
     if (t.finish_reason) rows.push(["finish reason", String(t.finish_reason)]);
@@ -374,7 +387,7 @@
       return el("div", { class: "case-summary" },
         el("div", { class: "col-head" }, (r === state.a ? "A: " : "B: ") + IDX.runs[r].label),
         el("div", {}, stages + (c === null ? "" : "; depth " + res(r).depth[i])),
-        d && d.unfinished ? el("div", { class: "rq" }, "unfinished: " + JSON.stringify(d.unfinished)) : null,
+        d && d.unfinished ? el("div", { class: "rq unfinished" }, unfinishedText(d.unfinished)) : null,
         el("div", { class: "msg system" }, el("span", { class: "role" }, "System prompt"),
           IDX.runs[r].system_prompt || "(text not recorded; sha256 " +
             String((IDX.runs[r].manifest || {}).system_prompt_sha256 || "n/a") + ")"));
@@ -389,7 +402,8 @@
       body.push(el("div", { class: "turn", "data-turn": name },
         el("h3", {}, "Turn " + (j + 1) + ": " + name + (stage ? " (stage " + stage + ", " + STAGES[stage - 1] + ")" : "")),
         el("div", { class: "columns" + (two ? " two" : "") },
-          runs.map((r, x) => turnCell(r, byName[x][name], byName[x])))));
+          runs.map((r, x) => turnCell(r, byName[x][name], byName[x],
+                                      Boolean((details[r][IDX.keys[i]] || {}).unfinished))))));
     });
     $("case-body").replaceChildren(...body);
   }
