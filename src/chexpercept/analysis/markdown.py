@@ -2,7 +2,9 @@
 
 Accuracies are shown in percent with their 95% interval (Wilson; depth: bootstrap;
 docs/metrics.md, "Bootstrap"; ``(n=k)`` instead for a cell of fewer than
-``bootstrap.MIN_BOOTSTRAP_CASES`` cases), ``n/a`` for an empty cell;
+``bootstrap.MIN_BOOTSTRAP_CASES`` cases), ``n/a`` for an empty cell; a non-zero value too
+small for its decimals (chance, late stages) with 3 significant digits
+(``release_tables.format_number``);
 the chance row is the uniform-guess baseline. The full tables are the CSVs it links
 (docs/metrics.md, "Output files").
 """
@@ -17,7 +19,7 @@ from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASE
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.detection import detection_rows
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
-from chexpercept.analysis.release_tables import SETTINGS
+from chexpercept.analysis.release_tables import SETTINGS, format_number
 from chexpercept.files import write_text_atomic
 from chexpercept.layouts import ALL_ATTRIBUTE_CSV, ALL_REVISION_CSV, ALL_SUMMARY_CSV
 from chexpercept.lesions import LESIONS, QA_PATHS
@@ -31,7 +33,8 @@ def _interval(text: str, low: float, high: float, n: int, n_boot: int, scale: fl
               digits: int) -> str:
     """``text [low, high]``; ``text (n=k)`` for a cell too small for an interval."""
     if not math.isnan(low):
-        return f"{text} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+        return (f"{text} [{format_number(scale * low, digits)}, "
+                f"{format_number(scale * high, digits)}]")
     if n_boot and 0 < n < MIN_BOOTSTRAP_CASES:
         return f"{text} (n={n})"
     return text
@@ -42,7 +45,7 @@ def _pct(cells: CellStats, lesion: str, path: str, metric: str) -> str:
     value, low, high, n = cells.get(lesion, path, metric)
     if math.isnan(value):
         return "n/a"
-    return _interval(f"{100 * value:.1f}", low, high, n, cells.n_boot, 100, 1)
+    return _interval(format_number(100 * value, 1), low, high, n, cells.n_boot, 100, 1)
 
 
 def _num(cells: CellStats, lesion: str, path: str, metric: str) -> str:
@@ -50,7 +53,7 @@ def _num(cells: CellStats, lesion: str, path: str, metric: str) -> str:
     value, low, high, n = cells.get(lesion, path, metric)
     if math.isnan(value):
         return "n/a"
-    return _interval(f"{value:.2f}", low, high, n, cells.n_boot, 1, 2)
+    return _interval(format_number(value, 2), low, high, n, cells.n_boot, 1, 2)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -270,10 +273,11 @@ def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:
             if r is None or math.isnan(r["value"]):
                 cells.append("n/a")
             elif math.isnan(r["ci_low"]):
-                cells.append(f"{100 * r['value']:.1f}")
+                cells.append(format_number(100 * r["value"], 1))
             else:
-                cells.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, "
-                             f"{100 * r['ci_high']:.1f}]")
+                cells.append(f"{format_number(100 * r['value'], 1)} "
+                             f"[{format_number(100 * r['ci_low'], 1)}, "
+                             f"{format_number(100 * r['ci_high'], 1)}]")
         body.append([a.name, *cells])
     return lines + _table(["model", "sensitivity", "specificity", "balanced acc.", "PPV",
                            "NPV"], body)

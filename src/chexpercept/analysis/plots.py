@@ -28,7 +28,7 @@ from chexpercept.analysis._memory import release_free_memory
 from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.case_table import MAX_DEPTH, REVISION_KEYS
 from chexpercept.analysis.extended import RunAnalysis, model_colors
-from chexpercept.analysis.release_tables import RunMetrics
+from chexpercept.analysis.release_tables import RunMetrics, format_number
 from chexpercept.files import write_bytes_atomic
 from chexpercept.layouts import PLOT_NAMES
 from chexpercept.lesions import LESIONS, PATH_STAGES, QA_PATHS
@@ -271,8 +271,9 @@ def _table_rows(all_metrics: Sequence[RunMetrics], chance_rows: Sequence[dict[st
 
 def _row_texts(model: str, row: dict[str, Any]) -> list[str]:
     accs = [row[f"acc(stage{k})"] for k in range(1, 5)]
-    return [model, row["setting"], *("n/a" if _isnan(a) else f"{100 * a:.1f}" for a in accs),
-            "n/a" if _isnan(row["depth"]) else f"{row['depth']:.2f}"]
+    return [model, row["setting"],
+            *("n/a" if _isnan(a) else format_number(100 * a, 1) for a in accs),
+            "n/a" if _isnan(row["depth"]) else format_number(row["depth"], 2)]
 
 
 @functools.cache
@@ -378,7 +379,7 @@ def _grouped_bars(models: Sequence[str], series: Sequence[Sequence[float]],
                                   [100 * highs[i] - heights[i] for i in keep]],
                             fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         for i, (bar, value) in enumerate(zip(bars, values, strict=True)):
-            text = "n/a" if _isnan(value) else f"{100 * value:.1f}"
+            text = "n/a" if _isnan(value) else format_number(100 * value, 1)
             top = bar.get_height()
             if bounds is not None and not _isnan(bounds[i][j][1]):
                 top = max(top, 100 * bounds[i][j][1])
@@ -428,36 +429,67 @@ def _heatmap(ax: Any, grid: Any, cmap: Any, vmin: float, vmax: float) -> Any:
     return mesh
 
 
+def _percent_label(v: float) -> str:
+    """A lesion-heatmap cell: whole percent, a non-zero value under 0.5 % with 3 digits."""
+    if math.isnan(v):
+        return "n/a"
+    return f"{v:.0f}" if v == 0 or abs(v) >= 0.5 else format_number(v, 1)
+
+
+def depth_grid(all_metrics: Sequence[RunMetrics], chance: RunAnalysis | None = None) -> Any:
+    """End-to-end mean depth, paths (rows, ``QA_PATHS`` order) x models (chance last).
+
+    Returns:
+        ``(raw, fraction)``: (n_paths, n_models) float64 arrays, the mean depth in stages and
+        the same divided by the path's maximum depth (``case_table.MAX_DEPTH``: 4 / 3 / 1 on
+        revision-required / revision-free / lesion-free; docs/metrics.md, "Depth"), so each
+        row is on [0, 1]; NaN where empty.
+    """
+    import numpy as np
+
+    n_models = len(all_metrics) + (chance is not None)
+    raw = np.full((len(QA_PATHS), n_models), np.nan)
+    for j, metrics in enumerate(all_metrics):
+        for row in metrics.summary:
+            if row["setting"] == "end_to_end":
+                raw[QA_PATHS.index(row["path"]), j] = row["depth"]
+    if chance is not None:
+        for i, qa_path in enumerate(QA_PATHS):
+            raw[i, -1] = chance.cells.get("all", qa_path, "depth")[0]
+    max_depth = np.array([MAX_DEPTH[p] for p in QA_PATHS], dtype=np.float64)
+    return raw, raw / max_depth[:, None]
+
+
 def _depth_heatmap(all_metrics: Sequence[RunMetrics], oracle_setting: str, path: Path,
                    chance: RunAnalysis | None = None) -> Path:
+    """Mean depth per path and model, coloured as a fraction of the path's maximum depth.
+
+    Each row is scaled by its path's maximum depth (:func:`depth_grid`), so a perfect
+    lesion-free score (depth 1 of 1) is as dark as a perfect revision-required one (4 of 4);
+    the cells print the raw mean depth (a tiny chance value with 3 significant digits).
+    """
     import numpy as np
     from matplotlib import colormaps
 
     models = [m.model for m in all_metrics] + (["chance"] if chance is not None else [])
-    grid = np.full((len(QA_PATHS), len(models)), np.nan)
-    for j, metrics in enumerate(all_metrics):
-        for row in metrics.summary:
-            if row["setting"] == "end_to_end":
-                grid[QA_PATHS.index(row["path"]), j] = row["depth"]
-    if chance is not None:
-        for i, qa_path in enumerate(QA_PATHS):
-            grid[i, -1] = chance.cells.get("all", qa_path, "depth")[0]
+    raw, fraction = depth_grid(all_metrics, chance)
     cmap = colormaps["YlGn"].with_extremes(bad="#DDDDDD")
-    vmax = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
     fig = _figure((max(5.0, 2.5 + 1.1 * len(models)), 3.6 + _tick_room(models)))
     ax = fig.subplots()
-    top = max(vmax, 1e-9)
-    image = _heatmap(ax, grid, cmap, 0, top)
-    cell_labels = [_Label(ax, j + 0.5, i + 0.5, "n/a" if np.isnan(v) else f"{v:.2f}",
-                          color="white" if not np.isnan(v) and v > 0.6 * top else "black")
-                   for i, row in enumerate(grid.tolist()) for j, v in enumerate(row)]
+    image = _heatmap(ax, fraction, cmap, 0, 1)
+    cell_labels = [_Label(ax, j + 0.5, i + 0.5, "n/a" if np.isnan(v) else format_number(v, 2),
+                          color="white" if not np.isnan(f) and f > 0.6 else "black")
+                   for i, (row, frow) in enumerate(zip(raw.tolist(), fraction.tolist(),
+                                                       strict=True))
+                   for j, (v, f) in enumerate(zip(row, frow, strict=True))]
     ax.set_xticks([j + 0.5 for j in range(len(models))])
     _model_ticks(ax, models)
     ax.set_yticks([i + 0.5 for i in range(len(QA_PATHS))])
-    ax.set_yticklabels([PATH_TITLES[p] for p in QA_PATHS])
-    ax.set_title(wrap_title(f"End-to-end mean depth (oracle setting: {oracle_setting})",
+    ax.set_yticklabels([f"{PATH_TITLES[p]} (max {MAX_DEPTH[p]})" for p in QA_PATHS])
+    ax.set_title(wrap_title(f"End-to-end mean depth (cells: stages; colour: fraction of the "
+                            f"path's maximum depth; oracle setting: {oracle_setting})",
                             fig.get_figwidth() - 2.5, _TITLE_PT))
-    fig.colorbar(image, ax=ax, label="mean depth (stages)")
+    fig.colorbar(image, ax=ax, label="fraction of the path's maximum depth")
     fig.tight_layout()
     return _save(fig, path, cell_labels)
 
@@ -479,7 +511,7 @@ def _lesion_heatmap(analyses: Sequence[RunAnalysis], oracle_setting: str, path: 
         grid = np.array([[a.cells.get(le, "all", f"oracle:stage{k}")[0] for le in LESIONS]
                          for a in analyses]) * 100
         image = _heatmap(ax, grid, cmap, 0, 100)
-        cell_labels += [_Label(ax, j + 0.5, i + 0.5, "n/a" if np.isnan(v) else f"{v:.0f}", 7,
+        cell_labels += [_Label(ax, j + 0.5, i + 0.5, _percent_label(v), 7,
                                "white" if not np.isnan(v) and v < 50 else "black")
                         for i, row in enumerate(grid.tolist()) for j, v in enumerate(row)]
         ax.set_title(f"Stage {k} ({TABLE_COLUMNS[1 + k].split('(')[1].rstrip(')')})")
@@ -554,7 +586,8 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
     ``plot_stage_accuracy.png`` (one table per path; rows model x setting), the grouped bars
     ``plot_contour_revision_detail.png`` (RR: expansion/contraction/revision result) and
     ``plot_attribute_extraction_detail.png`` (RR+RF: the four attributes), and
-    ``plot_depth_heatmap.png`` (end-to-end mean depth, paths x models, YlGn, vmin 0).
+    ``plot_depth_heatmap.png`` (end-to-end mean depth, paths x models, YlGn, each path's row
+    coloured as the fraction of its maximum depth, 0 to 1, the raw depth printed).
     With ``analyses`` (same runs, same order) the bars get 95% bootstrap error bars and, with
     ``chance``, every plot a chance row/group; ``plot_lesion_heatmap.png`` (oracle-passed
     accuracy per stage, models x lesions) and ``plot_e2e_funnel.png`` (share of cases still

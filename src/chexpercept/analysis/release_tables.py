@@ -134,10 +134,38 @@ def run_metrics(table: CaseTable, model: str) -> RunMetrics:
 
 #: Fixed number format of every CSV value (fractions in [0, 1]; depth in [0, 4]).
 FLOAT_FORMAT = "%.6f"
+#: Decimals of :data:`FLOAT_FORMAT`.
+FLOAT_DECIMALS = 6
+#: Significant digits of a non-zero value too small for its fixed decimals
+#: (:func:`format_number`; docs/metrics.md, "Chance": chance values of late stages are tiny).
+SMALL_VALUE_DIGITS = 3
+
+
+def format_number(value: float, decimals: int) -> str:
+    """``value`` with ``decimals`` decimals, or 3 significant digits where that hides it.
+
+    A non-zero value smaller in magnitude than ``10 * 10**-decimals`` (one that would show as
+    0, or with a single significant digit) is written with :data:`SMALL_VALUE_DIGITS`
+    significant digits (``%g``, e.g. ``0.0977``, ``1.53e-08``), so a non-zero chance value never
+    reads "0" (docs/metrics.md, "Chance"). Zero stays ``0.0...``.
+
+    Args:
+        value: A finite number (the caller handles NaN).
+        decimals: Fixed decimals (1 for percent, 2 for depth, :data:`FLOAT_DECIMALS` in CSVs).
+
+    Returns:
+        The text.
+    """
+    if value != 0 and abs(value) < 10.0 ** (1 - decimals):
+        return f"{value:.{SMALL_VALUE_DIGITS}g}"
+    return f"{value:.{decimals}f}"
 
 
 def format_cell(value: Any) -> Any:
     """CSV text of one cell: floats with :data:`FLOAT_FORMAT`, NaN/None as None (empty cell).
+
+    A non-zero float below ``1e-5`` gets 3 significant digits instead (:func:`format_number`),
+    so no non-zero value is written as ``0.000000``.
 
     Args:
         value: A cell value (float, int, str or None).
@@ -148,7 +176,7 @@ def format_cell(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, float):
-        return None if math.isnan(value) else FLOAT_FORMAT % value
+        return None if math.isnan(value) else format_number(value, FLOAT_DECIMALS)
     return value
 
 
@@ -202,7 +230,7 @@ def write_all_models_csvs(all_metrics: Sequence[RunMetrics], out_dir: str | Path
 
 
 def _pct(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100.0 * value:.1f}"
+    return "n/a" if math.isnan(value) else format_number(100.0 * value, 1)
 
 
 def format_summary_table(all_metrics: Sequence[RunMetrics], oracle_setting: str) -> str:
@@ -225,7 +253,7 @@ def format_summary_table(all_metrics: Sequence[RunMetrics], oracle_setting: str)
             depth = row["depth"]
             body.append([row["path"], row["model"], row["setting"],
                          *(_pct(row[f"acc(stage{k})"]) for k in range(1, 5)),
-                         "n/a" if math.isnan(depth) else f"{depth:.2f}",
+                         "n/a" if math.isnan(depth) else format_number(depth, 2),
                          str(metrics.n_cases.get(row["path"], 0))])
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     right = set(range(3, len(header)))
