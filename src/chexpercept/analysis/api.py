@@ -30,6 +30,7 @@ from chexpercept.analysis.compare import (
     format_comparison,
     paired_comparison,
 )
+from chexpercept.analysis.error_anatomy import load_error_facts
 from chexpercept.analysis.extended import (
     RunAnalysis,
     analyse_chance,
@@ -130,8 +131,10 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     if all_models:
         result.out_dir = out_dir = all_models_dir(output_dir, oracle_setting)
     viewer_dir = prepare_viewer_dir(out_dir) if all_models and viewer else None
+    # the error classes' benchmark facts: only of a benchmark the chance loader accepted
+    error_facts = load_error_facts(benchmark_dir) if benchmark is not None else None
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
-                          image_max_side=viewer_image_max_side)
+                          image_max_side=viewer_image_max_side, error_facts=error_facts)
     parts = []
     cpus = usable_cpus() if jobs is None else jobs  # each pool: at most one per item
     # each file is read once: scored, then converted for the viewer (docs/design.md,

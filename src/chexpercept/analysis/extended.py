@@ -37,6 +37,13 @@ from chexpercept.analysis.case_table import (
 )
 from chexpercept.analysis.chance import CHANCE, chance_table
 from chexpercept.analysis.detection import DETECTION_COLUMNS, detection_rows
+from chexpercept.analysis.error_anatomy import (
+    CLASS_COLUMNS,
+    CONFUSION_COLUMNS,
+    ErrorAnatomy,
+    confusion_rows,
+    error_class_rows,
+)
 from chexpercept.analysis.release_tables import (
     ATTRIBUTE_DETAIL_PATH,
     SETTINGS,
@@ -57,9 +64,12 @@ SUBQUESTION_CSV = "subquestion_accuracy.csv"
 STATUS_CSV = "stage_status.csv"
 FUNNEL_CSV = "e2e_funnel.csv"
 DETECTION_CSV = "detection_metrics.csv"
+ERROR_CONFUSION_CSV = "error_confusion.csv"
+ERROR_CLASSES_CSV = "error_classes.csv"
 #: The new CSVs, in writing order.
 EXTENDED_CSVS: tuple[str, ...] = (STAGE_CI_CSV, LESION_CSV, SUBQUESTION_CSV, FUNNEL_CSV,
-                                  STATUS_CSV, DETECTION_CSV)
+                                  STATUS_CSV, DETECTION_CSV, ERROR_CONFUSION_CSV,
+                                  ERROR_CLASSES_CSV)
 
 #: Identity columns of every new table (runs identified by provider, model and variant).
 ID_COLUMNS: tuple[str, ...] = ("model", "provider", "model_name", "variant")
@@ -85,6 +95,8 @@ class RunAnalysis:
         cells: Cell means with bootstrap CIs.
         unfinished: Cases Stage 03 left unfinished (a turn got no answer), key_id -> reason:
             missing, not scored (:func:`case_table.split_unfinished`).
+        errors: The run's error anatomy (:func:`error_anatomy.analyse_errors`; set by the
+            Stage 04 pass, ``passes.run_pass``), None for chance or when not computed.
     """
 
     run: RunRef | None
@@ -92,6 +104,7 @@ class RunAnalysis:
     table: CaseTable
     cells: CellStats
     unfinished: dict[str, str] = field(default_factory=dict)
+    errors: ErrorAnatomy | None = None
 
     @property
     def name(self) -> str:
@@ -325,12 +338,25 @@ def detection_metric_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     return [{**a.ids(), **r} for r in detection_rows(a.table, chance=a.run is None)]
 
 
+def error_confusion_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``error_confusion.csv`` (:func:`error_anatomy.confusion_rows`) with the run ids."""
+    return [] if a.errors is None else [{**a.ids(), **r} for r in confusion_rows(a.errors)]
+
+
+def error_classes_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``error_classes.csv`` (:func:`error_anatomy.error_class_rows`) with the run ids."""
+    return [] if a.errors is None else [{**a.ids(), **r} for r in error_class_rows(a.errors)]
+
+
 _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              LESION_CSV: (lesion_rows, LESION_COLUMNS, True),
              SUBQUESTION_CSV: (subquestion_rows, SUBQUESTION_COLUMNS, True),
              FUNNEL_CSV: (funnel_rows, FUNNEL_COLUMNS, True),
              STATUS_CSV: (status_rows, STATUS_COLUMNS, False),
-             DETECTION_CSV: (detection_metric_rows, (*ID_COLUMNS, *DETECTION_COLUMNS), True)}
+             DETECTION_CSV: (detection_metric_rows, (*ID_COLUMNS, *DETECTION_COLUMNS), True),
+             ERROR_CONFUSION_CSV: (error_confusion_rows, (*ID_COLUMNS, *CONFUSION_COLUMNS),
+                                   False),
+             ERROR_CLASSES_CSV: (error_classes_rows, (*ID_COLUMNS, *CLASS_COLUMNS), False)}
 
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None

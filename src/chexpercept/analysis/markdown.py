@@ -18,6 +18,7 @@ from pathlib import Path
 from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.detection import detection_rows
+from chexpercept.analysis.error_anatomy import ERROR_CLASSES, error_class_rows
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.release_tables import SETTINGS, format_number
 from chexpercept.files import write_text_atomic
@@ -243,6 +244,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += _table(["model", "missing", *STATUSES], body)
 
     lines += detection_section(everyone)
+    lines += error_anatomy_section(analyses)
 
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -281,6 +283,41 @@ def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:
         body.append([a.name, *cells])
     return lines + _table(["model", "sensitivity", "specificity", "balanced acc.", "PPV",
                            "NPV"], body)
+
+
+def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Report section: each run's named error classes, pooled over lesions.
+
+    One row per class and question it applies to, one column per run: the rate in percent
+    with its 95 % Wilson interval and ``k/n`` (errors / questions on which the class could
+    occur). Definitions: docs/metrics.md, "Error anatomy"; per lesion in
+    ``error_classes.csv``, the confusion tables in ``error_confusion.csv``.
+    """
+    runs = [a for a in analyses if a.errors is not None]
+    if not runs:
+        return []
+    lines = ["## Error anatomy", "",
+             "How the runs fail: named error classes, pooled over lesions, in percent of the "
+             "questions on which the class can occur, with the 95% Wilson interval and "
+             "k/n. Definitions: docs/metrics.md, \"Error anatomy\". Per lesion: "
+             "`error_classes.csv`; chosen vs true option per question: `error_confusion.csv`.",
+             ""]
+    cells = {a.name: {(r["question"], r["error_class"]): r
+                      for r in error_class_rows(a.errors) if r["lesion"] == "all"}
+             for a in runs}
+    body = []
+    for name, questions in ERROR_CLASSES.items():
+        for q in questions:
+            row = [name, q]
+            for a in runs:
+                r = cells[a.name].get((q, name))
+                if r is None or not r["n_cases"]:
+                    row.append("n/a")
+                else:
+                    row.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, "
+                               f"{100 * r['ci_high']:.1f}] ({r['k']}/{r['n_cases']})")
+            body.append(row)
+    return lines + _table(["error class", "question", *(a.name for a in runs)], body)
 
 
 def write_report(out_dir: str | Path, text: str) -> Path:

@@ -10,13 +10,14 @@ file written is byte-identical to a one-process run, whatever ``jobs`` is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from chexpercept.analysis._workers import worker_pool
+from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors, class_bits
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
 from chexpercept.analysis.runs import RunRef
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
@@ -35,6 +36,8 @@ class PassOptions:
         viewer_dir: The viewer folder (``viewer.prepare_viewer_dir``); None: no viewer.
         image_max_side: Copy images into the viewer (``--copy-images``); None: link them.
         chunk_size: Cases per viewer chunk file.
+        error_facts: Benchmark facts of the error classes (``error_anatomy.load_error_facts``);
+            None: only the classes that need none are counted.
     """
 
     n_boot: int
@@ -43,11 +46,16 @@ class PassOptions:
     viewer_dir: Path | None = None
     image_max_side: int | None = None
     chunk_size: int = CHUNK_SIZE
+    error_facts: Mapping[str, CaseFacts] | None = None
 
 
 def run_pass(r: int, run: RunRef, options: PassOptions,
              key_pool: dict[str, str] | None = None) -> tuple[RunAnalysis, ViewerPart | None]:
-    """Score run ``r`` and (with a viewer folder) write its viewer chunks, parsing its file once.
+    """Score run ``r``, count its error anatomy and (with a viewer folder) write its viewer chunks.
+
+    The run's file is parsed once; the error anatomy (``error_anatomy.analyse_errors``) reads
+    the scored cases' answers from the same parsed file and, with a viewer, gives each case's
+    error classes to the viewer's filter (``ViewerPart.errors``).
 
     Returns:
         ``(analysis, part)``: the run's :class:`RunAnalysis` and its viewer part (None
@@ -63,11 +71,15 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
                                 limit=options.limit, key_pool=key_pool, results=scored)
     del scored
+    errors = analyse_errors(data, analysis.table.key_ids, options.error_facts, run.all_results)
+    analysis = replace(analysis, errors=errors)
     part = None
     if options.viewer_dir is not None:
         part = convert_run(r, run, data, options.viewer_dir,
                            image_max_side=options.image_max_side,
                            chunk_size=options.chunk_size)
+        # the viewer's error-class filter (docs/viewer.md, "Index")
+        part.errors = [class_bits(errors.case_classes.get(k, ())) for k in part.keys]
     return analysis, part
 
 

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from chexpercept.analysis.error_anatomy import ERROR_CLASSES
 from chexpercept.analysis.runs import RunRef
 from chexpercept.errors import InputError
 from chexpercept.files import write_bytes_atomic, write_text_atomic
@@ -382,6 +383,9 @@ class ViewerPart:
         paths: ``qa_path`` of each key ("" when absent).
         values: Per key: (stage codes, depth, status mask, unfinished flag).
         meta: The run's entry of the index (without ``system_prompt``).
+        errors: Per key, the bit mask of its error classes (bit i: the i-th class of
+            ``error_anatomy.ERROR_CLASSES``), set by the Stage 04 pass; None: not counted
+            (the page then offers no error-class filter).
     """
 
     keys: list[str]
@@ -389,6 +393,7 @@ class ViewerPart:
     paths: list[str]
     values: list[tuple[str, int, int, int]]
     meta: dict[str, Any]
+    errors: list[int] | None = None
 
 
 def prepare_viewer_dir(out_dir: str | Path) -> Path:
@@ -518,11 +523,17 @@ def write_viewer_index(parts: Sequence[ViewerPart], viewer_dir: Path, *,
             i = order[key]
             (column["codes"][i], column["depth"][i], column["status"][i],
              column["unfinished"][i]) = part.values[p]
+        if part.errors is not None:  # error-class bits; 0 where the run lacks the case
+            column["errors"] = [0] * n
+            for p, key in enumerate(part.keys):
+                column["errors"][order[key]] = part.errors[p]
         results_index.append(column)
     index = {"version": 2, "lesions": list(LESIONS), "paths": list(QA_PATHS),
              "statuses": list(STATUSES), "chunk_size": chunk_size, "keys": list(order),
              "lesion": lesion_of, "path": path_of, "runs": index_runs,
              "results": results_index}
+    if any(part.errors is not None for part in parts):
+        index["error_classes"] = list(ERROR_CLASSES)
     data_dir = viewer_dir / "data"
     write_text_atomic(data_dir / "index.js", f"window.CHEX_INDEX = {_dump(index)};\n")
     assets = resources.files("chexpercept.analysis") / "viewer_assets"

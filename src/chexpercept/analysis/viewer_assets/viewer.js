@@ -16,6 +16,7 @@
   const state = {
     a: 0, b: IDX.runs.length > 1 ? 1 : -1, lesion: "", path: "", depth: "", correct: "",
     status: "", pair: "", pairStage: "all", text: "", sortKey: "order", sortDir: 1, page: 0,
+    error: "",
   };
   let filtered = [];
   let current = -1;
@@ -109,6 +110,8 @@
     }
     if (state.status === "u" && !res(a).unfinished[i]) return false;
     if (state.status !== "" && state.status !== "u" && !(res(a).status[i] & (1 << +state.status))) return false;
+    // error class (run A): bit j of results[a].errors is the j-th of IDX.error_classes
+    if (state.error !== "" && !((res(a).errors || [])[i] & (1 << +state.error))) return false;
     if (b >= 0 && state.pair) {
       const want = { ArBw: [pairRight, pairWrong], AwBr: [pairWrong, pairRight],
                      ArBr: [pairRight, pairRight], AwBw: [pairWrong, pairWrong] }[state.pair];
@@ -142,6 +145,11 @@
     $("f-status").replaceChildren(option("", "(all)", s.status),
       ...IDX.statuses.map((st, j) => option(j, "some turn " + st, s.status)),
       option("u", "unfinished (missing, not scored)", s.status));
+    const errorNames = res(s.a).errors ? IDX.error_classes || [] : [];
+    if (!errorNames.length) s.error = "";  // run A has no error classes: no such filter
+    $("f-error").replaceChildren(option("", "(all)", s.error),
+      ...errorNames.map((c, j) => option(j, "error class: " + c.replace(/_/g, " "), s.error)));
+    $("f-error").closest("label").hidden = !errorNames.length;
     $("f-pair").replaceChildren(option("", "(all)", s.pair), option("ArBw", "A right, B wrong", s.pair),
       option("AwBr", "A wrong, B right", s.pair), option("ArBr", "both right", s.pair),
       option("AwBw", "both wrong", s.pair));
@@ -469,11 +477,11 @@
     fillFilters();
     onFilter("f-lesion", "lesion"); onFilter("f-path", "path"); onFilter("f-depth", "depth");
     onFilter("f-correct", "correct"); onFilter("f-status", "status"); onFilter("f-pair", "pair");
-    onFilter("f-pair-stage", "pairStage");
+    onFilter("f-pair-stage", "pairStage"); onFilter("f-error", "error");
     $("f-text").addEventListener("input", (ev) => { state.text = ev.target.value; state.page = 0; refilter(); });
     $("f-reset").addEventListener("click", () => {
       Object.assign(state, { lesion: "", path: "", depth: "", correct: "", status: "", pair: "",
-                             pairStage: "all", text: "", page: 0 });
+                             pairStage: "all", text: "", page: 0, error: "" });
       fillFilters(); refilter();
     });
     $("run-a").addEventListener("change", (ev) => { state.a = +ev.target.value; fillFilters(); renderMeta(); refilter(); });
