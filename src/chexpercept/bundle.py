@@ -35,6 +35,7 @@ from chexpercept.lesions import (
     QA_PATHS,
     expected_stages,
 )
+from chexpercept.parquet_bundle import is_parquet_bundle, unpack_parquet_bundle
 from chexpercept.schema import BenchmarkItem, PointOption, load_benchmark, qa_path_of
 from utils.imaging import ImageHeader, inspect_image
 
@@ -633,8 +634,12 @@ def validate_benchmark_dir(root: str | Path, key_ids: Iterable[str] | None = Non
                                                                       dict[str, BenchmarkItem]]:
     """Load ``<root>/chexpercept.json`` (schema) and run :func:`check_bundle`; raise on problems.
 
+    A parquet dataset folder (docs/hf_dataset.md) is checked in its unpacked folder form
+    (:func:`chexpercept.parquet_bundle.unpack_parquet_bundle`).
+
     Args:
-        root: Folder with ``chexpercept.json`` and ``chexpercept/``.
+        root: Folder with ``chexpercept.json`` and ``chexpercept/``, or a parquet dataset
+            folder.
         key_ids: Cases to check; None checks all (and the sampling summary counts).
         strict_names: See :func:`check_bundle`.
 
@@ -642,9 +647,12 @@ def validate_benchmark_dir(root: str | Path, key_ids: Iterable[str] | None = Non
         ``(check, items)``; warnings are in ``check.warnings`` (not logged here).
 
     Raises:
-        InputError: If ``chexpercept.json`` or ``chexpercept/`` is missing.
+        InputError: If ``chexpercept.json`` or ``chexpercept/`` is missing, or a parquet
+            dataset cannot be unpacked.
         SchemaError: Once, listing every schema problem, or every bundle problem.
     """
+    if is_parquet_bundle(root):
+        root = unpack_parquet_bundle(root)
     layout = BenchmarkLayout(Path(root))
     if not layout.json_path.is_file():
         raise InputError(f"benchmark JSON not found: {layout.json_path} (the benchmark folder "

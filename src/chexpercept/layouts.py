@@ -7,6 +7,7 @@ override its roots.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -315,6 +316,25 @@ class BenchmarkLayout:
     def option_image(self, key_id: str, relative_path: str) -> Path:
         """``chexpercept/<key_id>/contour_qa/contour_revision_qa/<relative_path>``."""
         return self.case_dir(key_id) / REVISION_DIR / relative_path
+
+
+#: Environment variable naming the cache root (default ``~/.cache/chexpercept``).
+CACHE_DIR_ENV = "CHEXPERCEPT_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """``$CHEXPERCEPT_CACHE_DIR``, or ``~/.cache/chexpercept`` when it is unset or empty."""
+    value = os.environ.get(CACHE_DIR_ENV, "")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "chexpercept"
+
+
+def unpacked_bundle_dir(dataset_digest: str) -> Path:
+    """``<cache>/parquet_bundles/<first 16 hex of the digest>/``: a parquet benchmark as a folder.
+
+    Written by :func:`chexpercept.parquet_bundle.unpack_parquet_bundle`; the digest covers every
+    shard's bytes (docs/hf_dataset.md, "Reading it back").
+    """
+    return cache_root() / "parquet_bundles" / dataset_digest[:16]
 
 
 def eval_run_dir(output_path: str | Path, provider: str, model: str, oracle_setting: str,

@@ -24,6 +24,7 @@ from chexpercept.bundle import listed_option_count as listed_option_count  # re-
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import QA_PATHS, expected_stages
+from chexpercept.parquet_bundle import is_parquet_bundle, unpack_parquet_bundle
 
 logger = logging.getLogger(__name__)
 
@@ -124,27 +125,47 @@ class EvalCase:
 
 @dataclass(frozen=True)
 class Bundle:
-    """A loaded benchmark: layout, validated items (JSON order) and the JSON's sha256."""
+    """A loaded benchmark: layout, validated items (JSON order) and the JSON's sha256.
+
+    Attributes:
+        layout: Where ``chexpercept.json`` and the images are read from (for a parquet
+            benchmark, its unpacked copy in the cache).
+        items: The validated cases, in JSON order.
+        json_sha256: sha256 of the ``chexpercept.json`` read (the run's benchmark identity).
+        source_dir: The ``--benchmark-dir`` given (the parquet dataset folder, or the folder
+            bundle itself); recorded as the run manifest's ``benchmark_dir``.
+    """
 
     layout: BenchmarkLayout
     items: dict[str, schema.BenchmarkItem]
     json_sha256: str
+    source_dir: Path | None = None
 
 
 def load_bundle(benchmark_dir: str | Path) -> Bundle:
     """Read ``<benchmark_dir>/chexpercept.json`` with :func:`chexpercept.schema.load_benchmark`.
 
+    A parquet dataset folder (Stage 02's ``03_export_hf_dataset.py``, or its copy from a hub)
+    is first unpacked into its folder form by
+    :func:`chexpercept.parquet_bundle.unpack_parquet_bundle` (docs/hf_dataset.md, "Reading it
+    back"); everything after that is the folder bundle's path.
+
     Args:
-        benchmark_dir: Folder holding ``chexpercept.json`` and ``chexpercept/``.
+        benchmark_dir: Folder holding ``chexpercept.json`` and ``chexpercept/``, or a parquet
+            dataset folder.
 
     Returns:
         The bundle; items keep the JSON's key order.
 
     Raises:
-        InputError: If ``chexpercept.json`` or the ``chexpercept/`` image folder is missing.
+        InputError: If ``chexpercept.json`` or the ``chexpercept/`` image folder is missing,
+            or a parquet dataset cannot be unpacked (names the shard and key_id).
         SchemaError: If the JSON does not match the schema (every bad key_id listed).
+        MissingDependencyError: For a parquet dataset without pyarrow installed.
     """
-    layout = BenchmarkLayout(Path(benchmark_dir))
+    source = Path(benchmark_dir)
+    root = unpack_parquet_bundle(source) if is_parquet_bundle(source) else source
+    layout = BenchmarkLayout(root)
     if not layout.json_path.is_file():
         raise InputError(f"benchmark JSON not found: {layout.json_path} (--benchmark-dir must "
                          f"hold chexpercept.json and the chexpercept/ image folder)")
@@ -152,7 +173,7 @@ def load_bundle(benchmark_dir: str | Path) -> Bundle:
         raise InputError(f"benchmark image folder not found: {layout.images_dir}")
     items = schema.load_benchmark(layout.json_path)
     digest = hashlib.sha256(layout.json_path.read_bytes()).hexdigest()
-    return Bundle(layout=layout, items=items, json_sha256=digest)
+    return Bundle(layout=layout, items=items, json_sha256=digest, source_dir=source)
 
 
 def select_key_ids(bundle: Bundle, *, limit: int | None = None,

@@ -226,7 +226,7 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
             SELECTION_FIELD: {"limit": settings.limit,
                               "per_path_limit": settings.per_path_limit}}
            if settings.part is not None else {}),
-        "benchmark_dir": str(bundle.layout.root),
+        "benchmark_dir": str(bundle.source_dir or bundle.layout.root),
         **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -1,0 +1,228 @@
+"""Core: the parquet (Hugging Face dataset) form of a benchmark bundle, its columns and its reading.
+
+Stage 02's ``03_export_hf_dataset.py`` writes it (:mod:`chexpercept.qa.hf_export`); Stage 03
+reads it (``00_eval.py --benchmark-dir <dataset folder>``) through :func:`unpack_parquet_bundle`,
+which turns it back into the folder form (``chexpercept.json`` + ``chexpercept/<key_id>/``)
+under the cache (:func:`chexpercept.layouts.unpacked_bundle_dir`), so every reader, the
+validator and the one image loader see exactly the bytes the folder bundle had. Layout and
+columns: docs/hf_dataset.md.
+
+Reading needs ``pyarrow`` only (extra ``hf-dataset``); writing the dataset also needs
+``datasets`` for the feature metadata that makes ``datasets.load_dataset`` decode the images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.files import write_json_atomic
+from chexpercept.layouts import BenchmarkLayout, unpacked_bundle_dir
+from utils.deps import require
+
+logger = logging.getLogger(__name__)
+
+#: The one split of the dataset (a benchmark is all test data).
+SPLIT = "test"
+#: Folder of the shards inside the dataset folder.
+DATA_DIR = "data"
+#: Marker of the format, written in the dataset card (docs/hf_dataset.md, "Layout").
+PARQUET_FORMAT = "chexpercept-hf-parquet/1"
+#: Bundle files copied next to the shards unchanged (licences, the sampling summary).
+SIDECAR_FILES = ("data_sources.json", "sampling_summary.json")
+
+#: The case's ``chexpercept.json`` value as JSON text; what Stage 03 reads (docs/hf_dataset.md).
+CASE_JSON = "case_json"
+#: Single-image columns and the bundle-relative folder their image sits in.
+IMAGE_COLUMNS = ("detection_image", "contour_eval_image", "points_image")
+#: List-of-images column: the revision-result option images, in option order.
+OPTION_IMAGES = "option_images"
+#: Columns the reader needs; the question columns are views of ``case_json`` for browsing.
+REQUIRED_COLUMNS = ("key_id", CASE_JSON, *IMAGE_COLUMNS, OPTION_IMAGES)
+#: Cases per parquet read while unpacking (bounds memory to a few cases' images).
+READ_BATCH_CASES = 8
+
+_SAFE_KEY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def shard_name(index: int, count: int) -> str:
+    """``test-<index>-of-<count>.parquet`` (5 digits each; the name ``datasets`` gives a split)."""
+    return f"{SPLIT}-{index:05d}-of-{count:05d}.parquet"
+
+
+def parquet_files(root: str | Path) -> list[Path]:
+    """The parquet shards under ``root`` (any depth, hidden names skipped), sorted by path."""
+    root = Path(root)
+    return sorted(p for p in root.rglob("*.parquet")
+                  if p.is_file() and not any(part.startswith(".")
+                                             for part in p.relative_to(root).parts))
+
+
+def is_parquet_bundle(root: str | Path) -> bool:
+    """Whether ``root`` is a parquet dataset folder rather than a folder bundle.
+
+    True when it has no ``chexpercept.json`` and holds at least one ``*.parquet`` file.
+    """
+    root = Path(root)
+    return (root.is_dir() and not BenchmarkLayout(root).json_path.exists()
+            and bool(parquet_files(root)))
+
+
+def dataset_digest(root: str | Path) -> str:
+    """sha256 (hex) of every shard's relative path, size and bytes, in path order.
+
+    Names the unpacked copy (:func:`unpack_parquet_bundle`): any change to a shard gives a new
+    one.
+    """
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in parquet_files(root):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def unpack_parquet_bundle(root: str | Path) -> Path:
+    """The folder form of a parquet dataset, written once into the cache and reused.
+
+    Each row's ``case_json`` becomes its ``chexpercept.json`` value (rows in shard-path order,
+    then row order; written by :func:`chexpercept.files.write_json_atomic`, so a bundle
+    exported by Stage 02 gives a byte-identical ``chexpercept.json``), each embedded image is
+    written, byte for byte, to ``chexpercept/<key_id>/<its path column>``, and the sidecar files
+    (:data:`SIDECAR_FILES`) are copied. The folder is built under a temporary name and renamed
+    into place, so a crash never leaves a half-written bundle. Nothing is decoded here: the
+    validator and the providers decode the files with the one image loader, as for a folder
+    bundle (docs/hf_dataset.md, "Reading it back").
+
+    Args:
+        root: The dataset folder (shards under ``data/``, as written by Stage 02 or by
+            ``datasets``' ``push_to_hub``).
+
+    Returns:
+        The folder bundle (``chexpercept.json`` + ``chexpercept/``) in the cache
+        (:func:`chexpercept.layouts.unpacked_bundle_dir` of :func:`dataset_digest`).
+
+    Raises:
+        MissingDependencyError: If pyarrow is not installed (names the extra).
+        InputError: If ``root`` holds no shard, a shard lacks a needed column, or an image has
+            no embedded bytes or an unsafe path (names the shard and the key_id).
+        SchemaError: If a ``case_json`` is not JSON or a key_id repeats (names shard and key_id).
+    """
+    root = Path(root)
+    if not parquet_files(root):
+        raise InputError(f"{root}: no parquet shard found (a parquet benchmark holds "
+                         f"{DATA_DIR}/{shard_name(0, 1)} and its siblings)")
+    dest = unpacked_bundle_dir(dataset_digest(root))
+    if BenchmarkLayout(dest).json_path.is_file():
+        logger.info("parquet benchmark %s: using its unpacked copy %s", root, dest)
+        return dest
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        items = _unpack_rows(root, BenchmarkLayout(tmp))
+        write_json_atomic(BenchmarkLayout(tmp).json_path, items)
+        for name in SIDECAR_FILES:
+            if (root / name).is_file():
+                shutil.copyfile(root / name, tmp / name)
+        _move_into_place(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("parquet benchmark %s: %d case(s) unpacked to %s", root, len(items), dest)
+    return dest
+
+
+def _move_into_place(tmp: Path, dest: Path) -> None:
+    """Rename ``tmp`` to ``dest``; another process that got there first wins (same content)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        if not BenchmarkLayout(dest).json_path.is_file():
+            raise
+
+
+def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
+    """Write every row's images under ``layout`` and return the cases (key_id -> value)."""
+    items: dict[str, Any] = {}
+    for shard, row in _rows(root):
+        key_id = row["key_id"]
+        where = f"{shard}, key_id {key_id!r}"
+        if not isinstance(key_id, str) or not _SAFE_KEY_ID.match(key_id):
+            raise InputError(f"{where}: not a usable key_id (expected <lesion>_<pair_id>, "
+                             f"docs/benchmark_format.md, 'Files')")
+        if key_id in items:
+            raise SchemaError(f"{where}: the key_id appears twice in the dataset")
+        try:
+            items[key_id] = json.loads(row[CASE_JSON])
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"{where}: column {CASE_JSON} is not JSON ({exc})") from None
+        case_dir = layout.case_dir(key_id)
+        for relpath, data in _row_images(row, where):
+            target = case_dir / relpath
+            if target.exists():
+                raise InputError(f"{where}: two images have the path {relpath}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return items
+
+
+def _rows(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """``(shard, row)`` of every row, shards in path order, reading a few cases at a time."""
+    pq = require("pyarrow.parquet", "hf-dataset", "reading a parquet benchmark")
+    for shard in parquet_files(root):
+        try:
+            source = pq.ParquetFile(shard)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise InputError(f"{shard}: not a readable parquet file ({exc})") from None
+        missing = [c for c in REQUIRED_COLUMNS if c not in source.schema_arrow.names]
+        if missing:
+            raise InputError(f"{shard}: missing column(s) {missing}; a parquet benchmark has "
+                             f"the columns of docs/hf_dataset.md, 'Columns' (re-export it with "
+                             f"03_export_hf_dataset.py)")
+        for batch in source.iter_batches(batch_size=READ_BATCH_CASES,
+                                         columns=list(REQUIRED_COLUMNS)):
+            for row in batch.to_pylist():
+                yield shard, row
+
+
+def _row_images(row: dict[str, Any], where: str) -> Iterator[tuple[PurePosixPath, bytes]]:
+    """Each embedded image of a row as ``(path relative to its case folder, bytes)``."""
+    values = [row[c] for c in IMAGE_COLUMNS if row[c] is not None]
+    values += list(row[OPTION_IMAGES] or ())
+    for value in values:
+        path, data = value.get("path"), value.get("bytes")
+        if not data:
+            raise InputError(f"{where}: image {path!r} has no embedded bytes (a parquet "
+                             f"benchmark embeds every image; docs/hf_dataset.md, 'Columns')")
+        rel = PurePosixPath(path or "")
+        if not path or rel.is_absolute() or ".." in rel.parts or "\\" in path:
+            raise InputError(f"{where}: image path {path!r} is not a path inside the case "
+                             f"folder (expected e.g. detection_qa/xray.png)")
+        yield rel, data
+
+
+__all__ = [
+    "CASE_JSON",
+    "DATA_DIR",
+    "IMAGE_COLUMNS",
+    "OPTION_IMAGES",
+    "PARQUET_FORMAT",
+    "REQUIRED_COLUMNS",
+    "SIDECAR_FILES",
+    "SPLIT",
+    "dataset_digest",
+    "is_parquet_bundle",
+    "parquet_files",
+    "shard_name",
+    "unpack_parquet_bundle",
+]
