@@ -314,3 +314,20 @@ def test_export_refuses_a_parquet_input_and_a_missing_bundle(tmp_path, capsys):
     assert _export(tmp_path / "nowhere", tmp_path / "again") == 2
     err = capsys.readouterr().err
     assert "chexpercept.json" in err and "Traceback" not in err
+
+
+def test_stage04_reads_the_parquet_form_as_the_folder(tmp_path):
+    from chexpercept.analysis.api import analyze
+
+    bench = _bench(tmp_path / "bench")
+    assert _export(bench, tmp_path / "ds") == 0
+    _eval(bench, tmp_path / "runs", "implicit")
+    tables = {}
+    for name, benchmark in (("folder", bench), ("parquet", tmp_path / "ds")):
+        out = tmp_path / f"s04_{name}"
+        analyze(tmp_path / "runs", "implicit", output_dir=out, benchmark_dir=benchmark,
+                bootstrap=0, viewer=False, jobs=1)
+        tables[name] = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.csv")}
+    assert tables["parquet"] == tables["folder"]
+    chance = [v for k, v in tables["folder"].items() if b"chance" in v]
+    assert chance and b"NA" not in chance[0].split(b"\n", 2)[1]

@@ -50,6 +50,7 @@ from chexpercept.analysis.runs import discover_runs, run_from_dir
 from chexpercept.analysis.viewer import prepare_viewer_dir, write_viewer_index
 from chexpercept.files import write_csv_atomic
 from chexpercept.layouts import all_models_dir, repo_root
+from chexpercept.parquet_bundle import is_parquet_bundle, unpack_parquet_bundle
 from chexpercept.provenance import write_run_meta
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         results_dir: Stage 03 output folder holding ``<provider>_<model>/oracle_<setting>/``.
         oracle_setting: ``none``, ``implicit`` or ``explicit``.
         output_dir: Folder that receives ``all_models_oracle_<setting>/``.
-        benchmark_dir: Folder with ``chexpercept.json`` (chance rows), or None (NA).
+        benchmark_dir: Folder with ``chexpercept.json`` (chance rows), a parquet dataset
+            folder (read in its unpacked folder form), or None (NA).
         provider: Only runs of this provider (single-model mode).
         model: Only runs of this model, ``<model>[_no_thinking]`` (single-model mode).
         bootstrap: Resamples of the 95 % intervals (docs/metrics.md, "Bootstrap"); 0: none.
@@ -122,6 +124,9 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         SchemaError: If an ``all_results.json`` is invalid (names the file and key_ids).
     """
     results_dir = Path(results_dir)
+    if benchmark_dir is not None and is_parquet_bundle(benchmark_dir):
+        # its folder form, as Stage 03 read it (docs/hf_dataset.md, "Reading it back")
+        benchmark_dir = unpack_parquet_bundle(benchmark_dir)
     all_models = provider is None and model is None
     runs = discover_runs(results_dir, oracle_setting, provider=provider, model=model)
     logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
