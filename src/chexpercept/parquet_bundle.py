@@ -76,20 +76,36 @@ def is_parquet_bundle(root: str | Path) -> bool:
             and bool(parquet_files(root)))
 
 
-def dataset_digest(root: str | Path) -> str:
-    """sha256 (hex) of every shard's relative path, size and bytes, in path order.
+#: Digests already computed in this process, keyed by every file's (path, size, mtime_ns):
+#: Stage 03 loads the bundle twice (selection, then the run), and a paper-sized dataset is GBs.
+_DIGESTS: dict[tuple[tuple[str, int, int], ...], str] = {}
 
-    Names the unpacked copy (:func:`unpack_parquet_bundle`): any change to a shard gives a new
-    one.
+
+def _digest_files(root: Path) -> list[Path]:
+    """The files the digest covers: the shards, then the sidecars present."""
+    return [*parquet_files(root), *(root / n for n in SIDECAR_FILES if (root / n).is_file())]
+
+
+def dataset_digest(root: str | Path) -> str:
+    """sha256 (hex) of every shard's and sidecar's relative path, size and bytes, in order.
+
+    Names the unpacked copy (:func:`unpack_parquet_bundle`): any change to a shard or a
+    sidecar gives a new one. Computed once per process for unchanged files (same path, size
+    and modification time).
     """
     root = Path(root)
+    files = _digest_files(root)
+    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
     digest = hashlib.sha256()
-    for path in parquet_files(root):
+    for path in files:
         digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
-    return digest.hexdigest()
+    _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
 
 
 def unpack_parquet_bundle(root: str | Path) -> Path:

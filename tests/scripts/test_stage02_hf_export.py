@@ -304,6 +304,11 @@ def test_unpacked_copy_is_reused_and_follows_the_shards(tmp_path):
     assert second != first
     assert list(json.loads((second / "chexpercept.json").read_text(encoding="utf-8"))) == list(
         stage03_bundle.CASES)[:3]
+    (out / "data_sources.json").write_text(json.dumps(_sources(MIMIC_LICENCE)), encoding="utf-8")
+    third = unpack_parquet_bundle(out)  # a changed sidecar is a changed dataset too
+    assert third not in (first, second)
+    assert json.loads((third / "data_sources.json").read_text(encoding="utf-8"))[
+        "category"] == "restricted"
 
 
 def test_export_refuses_a_parquet_input_and_a_missing_bundle(tmp_path, capsys):
