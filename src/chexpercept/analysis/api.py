@@ -38,6 +38,7 @@ from chexpercept.analysis.extended import (
     write_extended_csvs,
 )
 from chexpercept.analysis.markdown import render_report, write_report
+from chexpercept.analysis.option_order import option_counts
 from chexpercept.analysis.passes import PassOptions, run_passes
 from chexpercept.analysis.plots import write_plots
 from chexpercept.analysis.release_tables import (
@@ -139,7 +140,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     # the error classes' benchmark facts: only of a benchmark the chance loader accepted
     error_facts = load_error_facts(benchmark_dir) if benchmark is not None else None
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
-                          image_max_side=viewer_image_max_side, error_facts=error_facts)
+                          image_max_side=viewer_image_max_side, error_facts=error_facts,
+                          option_counts=option_counts(benchmark))
     parts = []
     cpus = usable_cpus() if jobs is None else jobs  # each pool: at most one per item
     # each file is read once: scored, then converted for the viewer (docs/design.md,

@@ -12,7 +12,9 @@ D44) are written next to the release CSVs (never changing them): in
 in single-model mode. Every table is long format, carries the number of cases behind each
 cell (``n_cases``), 95% interval bounds (``ci_low``/``ci_high``; docs/metrics.md,
 "Bootstrap") and a ``chance`` row group (uniform guessing, ``model = chance``), except
-``stage_status.csv`` (answer statuses and missing stages, not accuracies). Values are
+``stage_status.csv`` (answer statuses and missing stages, not accuracies) and the
+option-position tables (``option_position_accuracy.csv``, ``always_k_baselines.csv``: counts
+and shares, no intervals; the always-k rows are baselines themselves). Values are
 fractions in [0, 1] (depth in stages); an empty cell (no cases) is an empty field.
 """
 
@@ -44,6 +46,7 @@ from chexpercept.analysis.error_anatomy import (
     confusion_rows,
     error_class_rows,
 )
+from chexpercept.analysis.option_order import BASELINE_COLUMNS, POSITION_COLUMNS, OptionTables
 from chexpercept.analysis.release_tables import (
     ATTRIBUTE_DETAIL_PATH,
     SETTINGS,
@@ -66,10 +69,12 @@ FUNNEL_CSV = "e2e_funnel.csv"
 DETECTION_CSV = "detection_metrics.csv"
 ERROR_CONFUSION_CSV = "error_confusion.csv"
 ERROR_CLASSES_CSV = "error_classes.csv"
+OPTION_POSITION_CSV = "option_position_accuracy.csv"
+ALWAYS_K_CSV = "always_k_baselines.csv"
 #: The new CSVs, in writing order.
 EXTENDED_CSVS: tuple[str, ...] = (STAGE_CI_CSV, LESION_CSV, SUBQUESTION_CSV, FUNNEL_CSV,
                                   STATUS_CSV, DETECTION_CSV, ERROR_CONFUSION_CSV,
-                                  ERROR_CLASSES_CSV)
+                                  ERROR_CLASSES_CSV, OPTION_POSITION_CSV, ALWAYS_K_CSV)
 
 #: Identity columns of every new table (runs identified by provider, model and variant).
 ID_COLUMNS: tuple[str, ...] = ("model", "provider", "model_name", "variant")
@@ -95,6 +100,9 @@ class RunAnalysis:
         cells: Cell means with bootstrap CIs.
         unfinished: Cases Stage 03 left unfinished (a turn got no answer), key_id -> reason:
             missing, not scored (:func:`case_table.split_unfinished`).
+        option_order: Accuracy by the correct option's displayed position and the always-k
+            baselines (:func:`option_order.option_tables`; set by the Stage 04 pass,
+            ``passes.run_pass``), None for chance or when not computed.
         errors: The run's error anatomy (:func:`error_anatomy.analyse_errors`; set by the
             Stage 04 pass, ``passes.run_pass``), None for chance or when not computed.
     """
@@ -104,6 +112,7 @@ class RunAnalysis:
     table: CaseTable
     cells: CellStats
     unfinished: dict[str, str] = field(default_factory=dict)
+    option_order: OptionTables | None = None
     errors: ErrorAnatomy | None = None
 
     @property
@@ -348,6 +357,18 @@ def error_classes_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     return [] if a.errors is None else [{**a.ids(), **r} for r in error_class_rows(a.errors)]
 
 
+def option_position_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``option_position_accuracy.csv`` (:func:`option_order.position_accuracy`)."""
+    tables = a.option_order
+    return [] if tables is None else [{**a.ids(), **r} for r in tables.positions]
+
+
+def always_k_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``always_k_baselines.csv`` (:func:`option_order.always_k_baselines`)."""
+    tables = a.option_order
+    return [] if tables is None else [{**a.ids(), **r} for r in tables.baselines]
+
+
 _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              LESION_CSV: (lesion_rows, LESION_COLUMNS, True),
              SUBQUESTION_CSV: (subquestion_rows, SUBQUESTION_COLUMNS, True),
@@ -356,7 +377,10 @@ _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              DETECTION_CSV: (detection_metric_rows, (*ID_COLUMNS, *DETECTION_COLUMNS), True),
              ERROR_CONFUSION_CSV: (error_confusion_rows, (*ID_COLUMNS, *CONFUSION_COLUMNS),
                                    False),
-             ERROR_CLASSES_CSV: (error_classes_rows, (*ID_COLUMNS, *CLASS_COLUMNS), False)}
+             ERROR_CLASSES_CSV: (error_classes_rows, (*ID_COLUMNS, *CLASS_COLUMNS), False),
+             OPTION_POSITION_CSV: (option_position_rows, (*ID_COLUMNS, *POSITION_COLUMNS),
+                                   False),
+             ALWAYS_K_CSV: (always_k_rows, (*ID_COLUMNS, *BASELINE_COLUMNS), False)}
 
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None

@@ -244,6 +244,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += _table(["model", "missing", *STATUSES], body)
 
     lines += detection_section(everyone)
+    lines += option_position_section(analyses)
     lines += error_anatomy_section(analyses)
 
     lines += ["## Plots", ""]
@@ -318,6 +319,61 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                                f"{100 * r['ci_high']:.1f}] ({r['k']}/{r['n_cases']})")
             body.append(row)
     return lines + _table(["error class", "question", *(a.name for a in runs)], body)
+
+
+#: Questions of the report's option-position section (the rest: the CSVs): the yes/no
+#: questions, whose correct option is always 1 on the paths that say "Yes" under the release order.
+OPTION_REPORT_QUESTIONS = ("detection_qa", "contour_evaluation_qa")
+
+
+def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Report section: yes/no accuracy by the correct option's position, and always-k.
+
+    One row per run, question (:data:`OPTION_REPORT_QUESTIONS`) and QA path; every
+    single-choice question in ``option_position_accuracy.csv`` and ``always_k_baselines.csv``
+    (docs/metrics.md, "Option order"). No section when no run has the tables.
+    """
+    runs = [a for a in analyses if a.option_order is not None and a.option_order.positions]
+    if not runs:
+        return []
+    circular = any(not math.isnan(r["circular_accuracy"])
+                   for a in runs for r in a.option_order.positions)
+    lines = ["## Option position", "",
+             "Accuracy by the displayed position of the correct option (percent, `n` questions) "
+             "and the always-k baselines: the accuracy of always answering option k, from the "
+             "ground truths alone. Under the release order the correct option's position is "
+             "the ground truth (\"Yes\" is option 1), so always-1 scores 100 on positive "
+             "detection; a score close to its always-k baseline may be position preference. "
+             "Yes/no questions here; every single-choice question in "
+             "`option_position_accuracy.csv` and `always_k_baselines.csv`.", ""]
+    body = []
+    for a in runs:
+        by_cell: dict[tuple[str, str], list[str]] = {}
+        for r in a.option_order.positions:
+            by_cell.setdefault((r["question"], r["path"]), []).append(
+                f"{r['position']}: {format_number(100 * r['accuracy'], 1)} (n={r['n']})")
+        always: dict[tuple[str, str], list[str]] = {}
+        for r in a.option_order.baselines:
+            always.setdefault((r["question"], r["path"]), []).append(
+                f"{r['k']}: {format_number(100 * r['accuracy'], 1)}")
+        circ: dict[tuple[str, str], list[str]] = {}
+        for r in a.option_order.positions:
+            if not math.isnan(r["circular_accuracy"]):
+                circ.setdefault((r["question"], r["path"]), []).append(
+                    f"{r['position']}: {format_number(100 * r['circular_accuracy'], 1)}")
+        for question in OPTION_REPORT_QUESTIONS:
+            for path in QA_PATHS:
+                if (question, path) not in by_cell:
+                    continue
+                row = [a.name, question, path, "; ".join(by_cell[(question, path)]),
+                       ", ".join(always.get((question, path), []))]
+                if circular:
+                    row.append("; ".join(circ.get((question, path), [])) or "n/a")
+                body.append(row)
+    header = ["model", "question", "path", "accuracy by position of the correct option",
+              "always-k accuracy (k: value)"]
+    return lines + _table(header + (["circular accuracy by position"] if circular else []),
+                          body)
 
 
 def write_report(out_dir: str | Path, text: str) -> Path:

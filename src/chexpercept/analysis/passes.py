@@ -19,6 +19,7 @@ from typing import Any
 from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors, class_bits
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
+from chexpercept.analysis.option_order import option_tables
 from chexpercept.analysis.runs import RunRef
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
 from chexpercept.errors import InputError
@@ -36,6 +37,9 @@ class PassOptions:
         viewer_dir: The viewer folder (``viewer.prepare_viewer_dir``); None: no viewer.
         image_max_side: Copy images into the viewer (``--copy-images``); None: link them.
         chunk_size: Cases per viewer chunk file.
+        option_counts: Option counts of the benchmark's single-choice questions
+            (``option_order.option_counts``) for the always-k baselines; None: the largest
+            correct position seen stands in.
         error_facts: Benchmark facts of the error classes (``error_anatomy.load_error_facts``);
             None: only the classes that need none are counted.
     """
@@ -46,6 +50,7 @@ class PassOptions:
     viewer_dir: Path | None = None
     image_max_side: int | None = None
     chunk_size: int = CHUNK_SIZE
+    option_counts: Mapping[str, Mapping[str, int]] | None = None
     error_facts: Mapping[str, CaseFacts] | None = None
 
 
@@ -64,13 +69,17 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     Raises:
         InputError: If the run has no ``all_results.json``.
         SchemaError: As :func:`extended.analyse_run_file` (invalid JSON, or naming every bad
-            key_id), or from the viewer's ``records.jsonl``.
+            key_id), or from the viewer's ``records.jsonl``; from
+            :func:`option_order.option_tables` for a bad ``option_order`` or ground truth.
     """
     data = RunStore(run.run_dir).read_results(validate=False, missing_ok=False)
     scored = dict(data) if isinstance(data, dict) else data  # scoring drops unfinished cases
     analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
                                 limit=options.limit, key_pool=key_pool, results=scored)
     del scored
+    # the option-position tables read the same parsed file (docs/metrics.md, "Option order")
+    analysis = replace(analysis, option_order=option_tables(
+        data, analysis.table.key_ids, options.option_counts, run.all_results))
     errors = analyse_errors(data, analysis.table.key_ids, options.error_facts, run.all_results)
     analysis = replace(analysis, errors=errors)
     part = None
