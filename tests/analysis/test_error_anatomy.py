@@ -209,6 +209,12 @@ def test_wrong_revised_mask_iou_unknown_without_images(tmp_path):
     rec = _record(RR, "revision_required", rev={"revision_result": _sub(1, "2")})
     assert case_errors(case_answers(rec), facts).errors == [(REVISION_RESULT_Q,
                                                              WRONG_MASK_IOU_UNKNOWN)]
+    # an option image without any overlay pixel: no mask to compare, never IoU 1
+    blank = _mask_options(tmp_path / "blank")
+    _overlay(Path(blank[1]), np.zeros((64, 64), dtype=bool))
+    assert mask_iou(blank[1], blank[0]) is None
+    assert case_errors(case_answers(rec), _facts(mask_images=blank)).errors == [
+        (REVISION_RESULT_Q, WRONG_MASK_IOU_UNKNOWN)]
     assert case_errors(case_answers(rec), None).errors == [(REVISION_RESULT_Q,
                                                             WRONG_MASK_IOU_UNKNOWN)]
 

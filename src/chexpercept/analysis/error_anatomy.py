@@ -163,6 +163,7 @@ def load_error_facts(benchmark_dir: str | Path | None) -> dict[str, CaseFacts] |
     Returns:
         key_id -> facts, or None.
     """
+    mask_iou.cache_clear()  # the images may have changed since an earlier analysis
     if benchmark_dir is None:
         return None
     path = Path(benchmark_dir) / "chexpercept.json"
@@ -192,8 +193,8 @@ def mask_iou(chosen_image: str, true_image: str) -> float | None:
     """IoU in [0, 1] of the masks drawn on two revision-result option images, or None.
 
     The masks are read back from the overlays (:data:`OVERLAY_MIN_CYAN`); the bundle stores
-    mask stems, not the masks or their IoUs. None (one warning) when an image cannot be read
-    or the two differ in size; 1.0 when both masks are empty.
+    mask stems, not the masks or their IoUs. None (one warning each) when an image cannot be
+    read, the two differ in size, or either shows no overlay (no mask could be read back).
     """
     try:
         a, b = _mask(chosen_image), _mask(true_image)
@@ -204,8 +205,11 @@ def mask_iou(chosen_image: str, true_image: str) -> float | None:
         logger.warning("error anatomy: revised-mask IoU unknown: %s and %s differ in size",
                        chosen_image, true_image)
         return None
-    union = int((a | b).sum())
-    return float((a & b).sum()) / union if union else 1.0
+    if not a.any() or not b.any():
+        logger.warning("error anatomy: revised-mask IoU unknown: no cyan overlay found in %s",
+                       chosen_image if not a.any() else true_image)
+        return None
+    return float((a & b).sum()) / int((a | b).sum())
 
 
 def _indices(value: Any) -> tuple[int, ...] | None:
