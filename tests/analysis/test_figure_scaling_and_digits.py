@@ -57,7 +57,7 @@ def test_depth_heatmap_colours_each_path_as_a_fraction_of_its_maximum(tmp_path, 
     assert colours[:, 0].tolist() == [1.0, 1.0, 1.0]  # a perfect lesion-free row is as dark
     assert seen["labels"][::2] == ["4.00", "3.00", "1.00"]  # raw depths printed
     assert bar.get_ylabel() == "fraction of the path's maximum depth"
-    assert "fraction of the path's maximum depth" in heat.get_title().replace("\n", " ")
+    assert "coloured per path" in heat.get_title().replace("\n", " ")
     assert [t.get_text() for t in heat.get_yticklabels()][-1].endswith("(max 1)")
 
 

@@ -486,9 +486,8 @@ def _depth_heatmap(all_metrics: Sequence[RunMetrics], oracle_setting: str, path:
     _model_ticks(ax, models)
     ax.set_yticks([i + 0.5 for i in range(len(QA_PATHS))])
     ax.set_yticklabels([f"{PATH_TITLES[p]} (max {MAX_DEPTH[p]})" for p in QA_PATHS])
-    ax.set_title(wrap_title(f"End-to-end mean depth (cells: stages; colour: fraction of the "
-                            f"path's maximum depth; oracle setting: {oracle_setting})",
-                            fig.get_figwidth() - 2.5, _TITLE_PT))
+    ax.set_title(wrap_title(f"End-to-end mean depth, coloured per path (oracle setting: "
+                            f"{oracle_setting})", fig.get_figwidth() - 2.5, _TITLE_PT))
     fig.colorbar(image, ax=ax, label="fraction of the path's maximum depth")
     fig.tight_layout()
     return _save(fig, path, cell_labels)
