@@ -15,7 +15,9 @@ LIB = ROOT / "src" / "chexpercept"
 CORE = {"lesions", "schema", "io", "errors", "rng", "files", "images", "frame", "provenance",
         "layouts", "callbacks"}
 STAGES = {"curation", "anatomy", "deformation", "qa", "evaluation", "analysis", "synth"}
-ALLOWED_STAGE_IMPORTS = {"deformation": {"anatomy"}, "qa": {"anatomy"}}
+# integrations (inspect_ai) sit on top of Stage 03 (pyproject.toml's import contracts)
+ALLOWED_STAGE_IMPORTS = {"deformation": {"anatomy"}, "qa": {"anatomy"},
+                         "integrations": {"evaluation"}}
 HEAVY = ("torch", "vllm", "transformers", "sam2", "sam3", "openai", "google.genai")
 
 

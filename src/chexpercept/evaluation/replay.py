@@ -1,0 +1,259 @@
+"""Stage 03: replies obtained outside Stage 03's runners, parsed, scored and written as a run.
+
+An evaluation harness that asks the dialogue itself (inspect_ai, ``chexpercept.integrations``)
+hands each reply here as a :class:`RecordedReply`. :func:`answer_turn` parses it
+(``parsing.py``), scores it (``scoring.py``) and commits it to the case's
+:class:`~chexpercept.evaluation.dialogue.Dialogue`, which decides the next turn's oracle
+context, exactly as :func:`chexpercept.evaluation.session.finish_turn` does in a Stage 03 run.
+:func:`replay_case` rebuilds a finished conversation from the replies, and
+:func:`write_recorded_run` turns a table of replies into a Stage 03 run folder
+(``run_manifest.json``, ``records.jsonl``, ``faults.jsonl``, ``all_results.json``;
+docs/evaluation_protocol.md, "Run folder") by running Stage 03's own runner over a provider
+that answers every request from the table (:class:`RecordedModel`), so the folder is what
+``00_eval.py`` writes for the same replies and Stage 04 and the viewer read it as any run
+(docs/integrations.md, "inspect_ai").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexpercept.errors import InputError, SchemaError
+from chexpercept.evaluation.cases import Bundle, EvalCase, load_bundle, validate_bundle
+from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
+from chexpercept.evaluation.results import build_case_result
+from chexpercept.evaluation.runner import run_evaluation
+from chexpercept.evaluation.session import EvalSettings, RunSummary, score_completion
+from chexpercept.layouts import eval_run_dir
+from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest, Usage
+from utils.status import COMPLETION_STATUSES
+
+_USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "thinking_tokens")
+
+
+@dataclass(frozen=True)
+class RecordedReply:
+    """One model reply to one turn, as an external harness received it.
+
+    Attributes:
+        request_id: ``<key_id>/<turn name>`` (:func:`~chexpercept.evaluation.dialogue.request_id`).
+        text: The reply's raw text ('' when none came back).
+        status: A completion status (:data:`utils.status.COMPLETION_STATUSES`: ``ok``,
+            ``refused``, ``truncated``, ``error``, ``blocked``), or ``fault`` for a turn that got
+            no answer (never scored; docs/engines.md, "Faults").
+        finish_reason: ``stop``, ``length`` (cut at the token limit; the parser may then say
+            ``truncated``, docs/parsing.md) or another reason, or None.
+        usage: Token counts ``input_tokens``, ``cached_input_tokens``, ``output_tokens``,
+            ``thinking_tokens`` (missing keys count 0).
+        error: Why a ``fault`` or ``error`` reply has no answer, or None.
+        user_text: The user text the harness sent for this turn (oracle paragraph, preamble
+            and question), or None; :class:`RecordedModel` refuses a table whose text differs
+            from the request Stage 03 builds.
+    """
+
+    request_id: str
+    text: str
+    status: str = "ok"
+    finish_reason: str | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+    user_text: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status != FAULT and self.status not in COMPLETION_STATUSES:
+            raise ValueError(f"{self.request_id}: status must be one of "
+                             f"{(*COMPLETION_STATUSES, FAULT)}, got {self.status!r}")
+
+    def completion(self) -> Completion:
+        """The reply as a provider's :class:`~utils.llm.base.Completion`."""
+        usage = Usage(*(int(self.usage.get(k, 0)) for k in _USAGE_KEYS))
+        return Completion(text=self.text, status=self.status, finish_reason=self.finish_reason,
+                          usage=usage, error=self.error)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (:meth:`from_json` reads it back)."""
+        return {"request_id": self.request_id, "text": self.text, "status": self.status,
+                "finish_reason": self.finish_reason,
+                "usage": {k: int(self.usage.get(k, 0)) for k in _USAGE_KEYS},
+                "error": self.error, "user_text": self.user_text}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> RecordedReply:
+        """Read a :meth:`to_json` dict.
+
+        Args:
+            data: The dict.
+            where: What holds it (file and sample), for messages.
+
+        Raises:
+            SchemaError: Naming ``where`` and the field, for a missing or invalid field.
+        """
+        try:
+            return cls(request_id=str(data["request_id"]), text=str(data.get("text") or ""),
+                       status=str(data.get("status", "ok")),
+                       finish_reason=data.get("finish_reason"),
+                       usage=dict(data.get("usage") or {}), error=data.get("error"),
+                       user_text=data.get("user_text"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"{where}: not a recorded reply ({exc!r}): {dict(data)!r:.300}") \
+                from exc
+
+
+def answer_turn(dialogue: Dialogue, prepared: PreparedTurn,
+                reply: RecordedReply) -> TurnOutcome:
+    """Parse, score and commit one reply to the prepared turn (the next turn of ``dialogue``).
+
+    The same parse and score as a Stage 03 run
+    (:func:`chexpercept.evaluation.session.score_completion`; docs/parsing.md,
+    docs/evaluation_protocol.md, "Scoring").
+
+    Raises:
+        ValueError: If the reply is a fault (no answer is scored; docs/engines.md, "Faults") or
+            belongs to another request.
+    """
+    if reply.request_id != prepared.request.request_id:
+        raise ValueError(f"a reply to {reply.request_id} given for "
+                         f"{prepared.request.request_id}")
+    if reply.status == FAULT:
+        raise ValueError(f"{reply.request_id}: a fault is not an answer ({reply.error})")
+    parsed, correct = score_completion(prepared, reply.completion())
+    outcome = TurnOutcome(reply.text, parsed, correct)
+    dialogue.commit(prepared, outcome)
+    return outcome
+
+
+def replay_case(case: EvalCase, oracle_setting: str,
+                replies: Sequence[RecordedReply]) -> Dialogue:
+    """Rebuild a case's conversation from its replies, in turn order.
+
+    Each reply goes through :func:`answer_turn`, so the oracle context of every turn is
+    decided again from the parsed answers.
+
+    Args:
+        case: The planned case.
+        oracle_setting: ``none``, ``implicit`` or ``explicit``.
+        replies: Its answered turns in dialogue order (a prefix of the case's turns).
+
+    Raises:
+        ValueError: If a reply is a fault, is not the next turn's, or there are more replies
+            than turns.
+    """
+    dialogue = Dialogue(case, oracle_setting)
+    for reply in replies:
+        if dialogue.finished:
+            raise ValueError(f"{case.key_id}: more replies than the case has turns "
+                             f"({len(case.turns)})")
+        answer_turn(dialogue, dialogue.prepare(), reply)
+    return dialogue
+
+
+def case_result(dialogue: Dialogue, replies: Sequence[RecordedReply],
+                model_id: str) -> dict[str, Any]:
+    """The ``all_results.json`` entry of a finished replayed case (``results.py``)."""
+    return build_case_result(dialogue, [r.to_json()["usage"] for r in replies], model_id)
+
+
+class RecordedModel(ChatModel):
+    """A provider that answers every request from a table of recorded replies.
+
+    A request with no reply in the table gets a ``fault`` (its case stays unfinished, as in a
+    Stage 03 run whose server did not answer). A reply whose ``user_text`` differs from the
+    request's last user text is refused: the replies came from another benchmark or oracle
+    setting.
+
+    Args:
+        model: The model id recorded in the run (pricing, ``token_usage.model_id``).
+        replies: ``request_id`` -> reply.
+        source: What the replies are (e.g. the inspect log's path), for the manifest.
+        label: The provider name recorded in the manifest (``provider_settings``).
+        errors: key_id -> why the harness got no further answer for the case (the fault
+            recorded for its next turn); other missing replies get a generic reason.
+    """
+
+    kind = "engine"
+    description = "replies recorded by an external harness"
+
+    def __init__(self, model: str, replies: Mapping[str, RecordedReply], *, source: str,
+                 label: str, errors: Mapping[str, str] | None = None) -> None:
+        super().__init__(model)
+        self.provider = label
+        self.replies = dict(replies)
+        self.source = source
+        self.errors = dict(errors or {})
+
+    def describe(self) -> dict[str, Any]:
+        """Provider, model and the replies' source (compared on resume)."""
+        return {"provider": self.provider, "model": self.model, "source": self.source}
+
+    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
+        """The recorded reply of each request, or a fault when there is none.
+
+        Raises:
+            SchemaError: If a reply was given for another user text.
+        """
+        out = []
+        for request in requests:
+            reply = self.replies.get(request.request_id)
+            if reply is None:
+                why = self.errors.get(request.request_id.split("/", 1)[0], "no reply recorded")
+                out.append(Completion(text="", status=FAULT, error=f"{self.source}: {why}"))
+                continue
+            sent = request.messages[-1].text
+            if reply.user_text is not None and reply.user_text != sent:
+                raise SchemaError(f"{self.source}: {request.request_id} was asked another "
+                                  f"question than Stage 03 asks (another benchmark or oracle "
+                                  f"setting?): recorded {reply.user_text!r:.200}, "
+                                  f"expected {sent!r:.200}")
+            out.append(reply.completion())
+        return out
+
+
+def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedReply], *,
+                       key_ids: Sequence[str], output_path: str | Path, provider: str,
+                       model: str, oracle_setting: str, source: str,
+                       errors: Mapping[str, str] | None = None,
+                       overwrite: bool = False) -> RunSummary:
+    """Write the Stage 03 run folder of recorded replies (see the module docstring).
+
+    The run folder is ``layouts.eval_run_dir(output_path, provider, model, oracle_setting)``;
+    every file in it is written by Stage 03's session and run store
+    (docs/evaluation_protocol.md, "Run folder"). A case whose replies stop before its last
+    turn (the harness got no answer) is written as ``unfinished``, which Stage 04 counts as
+    missing.
+
+    Args:
+        benchmark_dir: The bundle the replies answer (``chexpercept.json`` + images).
+        replies: Every recorded reply.
+        key_ids: Cases to write, in any order (the file keeps the benchmark's order).
+        output_path: Root of run folders (``00_eval.py --output-path``).
+        provider: Provider label of the run folder (``<provider>_<model>``).
+        model: Model id (``/`` becomes ``--`` in the folder name).
+        oracle_setting: The setting the replies were obtained under.
+        source: What the replies are (recorded in the manifest).
+        errors: key_id -> why the harness got no further answer (:class:`RecordedModel`).
+        overwrite: Replace an earlier run folder of the same name.
+
+    Returns:
+        The run summary (``all_results_path``, ``unfinished``).
+
+    Raises:
+        InputError: If a key_id is not in the benchmark.
+        SchemaError: On an invalid bundle or a reply to another question.
+        ConfigError: If the run folder holds another run (a different manifest identity).
+    """
+    bundle: Bundle = load_bundle(benchmark_dir)
+    unknown = [k for k in key_ids if k not in bundle.items]
+    if unknown:
+        raise InputError(f"{source}: {len(unknown)} case(s) not in "
+                         f"{bundle.layout.json_path}, e.g. {unknown[0]}")
+    order = {k: i for i, k in enumerate(bundle.items)}
+    cases = validate_bundle(bundle, sorted(set(key_ids), key=order.__getitem__))
+    table = {r.request_id: r for r in replies}
+    recorded = RecordedModel(model, table, source=source, label=provider, errors=errors)
+    settings = EvalSettings(provider=provider, model=model, oracle_setting=oracle_setting,
+                            max_consecutive_faults=0, save_every=max(1, len(cases)))
+    run_dir = eval_run_dir(output_path, provider, model, oracle_setting)
+    return run_evaluation(bundle, cases, recorded, settings, run_dir, overwrite=overwrite)

@@ -1,0 +1,10 @@
+"""Stage 03 inside other evaluation harnesses (docs/integrations.md).
+
+- :mod:`chexpercept.integrations.inspect_task`: the ``chexpercept`` inspect_ai task (extra
+  ``[inspect]``; the only module that imports inspect_ai at its top);
+- :mod:`chexpercept.integrations.inspect_log`: an inspect eval log -> a Stage 03 run folder.
+
+Nothing is imported here, so ``import chexpercept.integrations`` needs no harness installed.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,284 @@
+"""The inspect_ai task asks the same dialogue as Stage 03 and scores it the same way.
+
+The same scripted replies (a loopback OpenAI-compatible server whose reply is a function of the
+conversation's text) go through inspect's ``openai-api/local/NAME`` provider with a base URL
+(``inspect_ai.eval`` in-process) and through ``00_eval.py --provider openai --base-url``; the
+per-case, per-stage correctness, the turns asked and the parses must agree under ``none`` and
+``implicit``, and the eval log converted to a run folder must give Stage 03's
+``all_results.json``. No network: inspect's log dir is in tmp_path and nothing phones home
+(no telemetry or api-key hook; the openai-api provider counts no tokens with tiktoken).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("inspect_ai")
+
+from chexpercept.errors import SchemaError  # noqa: E402
+from chexpercept.evaluation.cases import load_bundle, validate_bundle  # noqa: E402
+from chexpercept.evaluation.dialogue import Dialogue  # noqa: E402
+from chexpercept.evaluation.replay import (  # noqa: E402
+    RecordedModel,
+    RecordedReply,
+    answer_turn,
+)
+from chexpercept.integrations.inspect_log import convert_inspect_log  # noqa: E402
+from utils.llm.base import FAULT  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TASK_FILE = "src/chexpercept/integrations/inspect_task.py"
+MODEL = "loopback-vlm"
+#: The scripted replies: parseable right or wrong answers, a multi-select, a bold declaration,
+#: an unparseable hedge (docs/parsing.md).
+REPLIES = ("Answer: 1", "Answer: 2", "The findings fit both.\nAnswer: 1,2", "**Answer:** 3",
+           "I cannot tell from this image.", "Answer: 4", "Answer: 2")
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+loopback = _load("loopback_for_inspect", REPO / "tests" / "llm" / "loopback.py")
+stage03_bundle = _load("stage03_bundle_for_inspect",
+                       REPO / "tests" / "evaluation" / "stage03_bundle.py")
+
+
+def conversation_texts(body: dict[str, Any]) -> list[str]:
+    """The texts of a chat request's messages, in order (roles and images left out)."""
+    texts = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.append("".join(p.get("text", "") for p in content or ()
+                                 if p.get("type") == "text"))
+    return texts
+
+
+def scripted_reply(body: dict[str, Any]) -> str:
+    """A reply chosen by the conversation's text (so arrival order does not matter)."""
+    digest = hashlib.sha256("\x1e".join(conversation_texts(body)).encode("utf-8")).digest()
+    return REPLIES[int.from_bytes(digest[:4], "big") % len(REPLIES)]
+
+
+@pytest.fixture
+def offline_inspect(tmp_path, monkeypatch):
+    """inspect's environment for the test: local key, logs in tmp_path, no hooks."""
+    for var in ("INSPECT_TELEMETRY", "INSPECT_API_KEY_OVERRIDE", "INSPECT_EVAL_MODEL",
+                "LOCAL_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LOCAL_API_KEY", "sk-local-test")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test")
+    monkeypatch.setenv("INSPECT_LOG_DIR", str(tmp_path / "inspect_logs"))
+    monkeypatch.setenv("INSPECT_DISPLAY", "none")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg_data"))
+    monkeypatch.chdir(REPO)  # the task file as the README gives it
+    return tmp_path
+
+
+def run_inspect(server, bench: Path, oracle_setting: str, log_dir: Path, **kwargs: Any):
+    """``inspect eval`` of the task file against the loopback server; returns the log."""
+    from inspect_ai import eval as inspect_eval
+
+    logs = inspect_eval(TASK_FILE, model=f"openai-api/local/{MODEL}",
+                        model_base_url=server.base_url,
+                        task_args={"benchmark_dir": str(bench),
+                                   "oracle_setting": oracle_setting},
+                        log_dir=str(log_dir), display="none", **kwargs)
+    assert len(logs) == 1
+    return logs[0]
+
+
+def run_stage03(server, bench: Path, oracle_setting: str, out: Path) -> Path:
+    """``00_eval.py --provider openai --base-url`` against the loopback server; its run dir."""
+    script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
+    argv = ["--provider", "openai", "--model", MODEL, "--base-url", server.base_url,
+            "--benchmark-dir", str(bench), "--output-path", str(out), "--oracle_setting",
+            oracle_setting, "--no-progress", "--max-retries", "0"]
+    assert script["main"](argv) == 0
+    return out / f"openai_{MODEL}" / f"oracle_{oracle_setting}"
+
+
+def stage_flags(result: dict[str, Any]) -> dict[str, bool]:
+    return {s: block["correct"] for s in ("detection_qa", "contour_evaluation_qa",
+                                         "contour_revision_qa", "attribute_extraction_qa")
+            if (block := result[s])}
+
+
+def without_usage(results: dict[str, Any]) -> dict[str, Any]:
+    return {k: {f: v for f, v in r.items() if f != "token_usage"} for k, r in results.items()}
+
+
+@pytest.mark.parametrize("oracle_setting", ["none", "implicit"])
+def test_inspect_and_stage03_agree_on_the_same_replies(offline_inspect, oracle_setting):
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+    with loopback.LoopbackServer(answer=scripted_reply) as server:
+        log = run_inspect(server, bench, oracle_setting, tmp / "logs")
+        inspect_bodies = [s.body for s in server.chat_requests()]
+        run_dir = run_stage03(server, bench, oracle_setting, tmp / "out")
+        stage03_bodies = [s.body for s in server.chat_requests()[len(inspect_bodies):]]
+
+    assert log.status == "success", log.error
+    results = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
+    by_inspect = {s.id: s.scores["chexpercept_scorer"].metadata for s in log.samples}
+    assert set(by_inspect) == set(results) == set(stage03_bundle.CASES)
+    # the same conversations were sent, turn for turn (texts; images are the same files)
+    assert sorted(map(conversation_texts, inspect_bodies)) == \
+        sorted(map(conversation_texts, stage03_bodies))
+    records = [json.loads(line) for line in
+               (run_dir / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    for key_id, result in results.items():
+        meta = by_inspect[key_id]
+        assert meta["stages"] == stage_flags(result), key_id
+        value = log.samples[[s.id for s in log.samples].index(key_id)].scores[
+            "chexpercept_scorer"].value
+        assert value == ("C" if all(meta["stages"].values()) else "I")
+        turns = {r["turn"]: {"parsed": r["parsed"], "status": r["status"],
+                             "correct": r["correct"]} for r in records if r["key_id"] == key_id}
+        assert meta["turns"] == turns, key_id
+    flags = [c for r in results.values() for c in stage_flags(r).values()]
+    assert any(flags) and not all(flags)  # the script gives right and wrong answers
+    if oracle_setting == "implicit":  # an oracle patch happened, and inspect sent it too
+        assert any(len(entry) == 4 for r in results.values() for entry in r["chat_history"])
+
+    converted = convert_inspect_log(log.location, tmp / "converted")
+    assert converted.all_results_path == (tmp / "converted" / f"inspect_openai-api--local--{MODEL}"
+                                          / f"oracle_{oracle_setting}" / "all_results.json")
+    ours = json.loads(converted.all_results_path.read_text(encoding="utf-8"))
+    assert list(ours) == list(results)  # benchmark order
+    assert without_usage(ours) == without_usage(results)
+    assert converted.unfinished == {}
+
+
+def test_a_turn_without_answer_fails_its_sample_and_is_written_unfinished(offline_inspect,
+                                                                           capsys):
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+
+    def respond(body: dict[str, Any]) -> dict[str, Any] | None:
+        # the opacity case's third turn can never succeed (400: not retried)
+        texts = conversation_texts(body)
+        if len(texts) == 6 and "opacity" in texts[1]:
+            return {"status": 400, "error_message": "scripted bad request"}
+        return None
+
+    with loopback.LoopbackServer(answer=scripted_reply, respond=respond) as server:
+        log = run_inspect(server, bench, "implicit", tmp / "logs", fail_on_error=False)
+    failed = {s.id for s in log.samples if s.error is not None}
+    assert failed == {"opacity_s50000007_positive_0"}
+    scored = {s.id for s in log.samples if s.scores}
+    assert "opacity_s50000007_positive_0" not in scored  # a fault is never scored
+
+    script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" /
+                                "02_import_inspect_log.py"))
+    out = tmp / "converted"
+    assert script["main"](["--log", log.location, "--output-path", str(out),
+                           "--no-progress"]) == 3  # unfinished, as 00_eval.py says it
+    run_dir = out / f"inspect_openai-api--local--{MODEL}" / "oracle_implicit"
+    results = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
+    entry = results["opacity_s50000007_positive_0"]
+    assert entry["unfinished"]["turns_answered"] == 2
+    assert "scripted bad request" in entry["unfinished"]["reason"]
+    assert all("unfinished" not in r for k, r in results.items() if k not in failed)
+    faults = (run_dir / "faults.jsonl").read_text(encoding="utf-8")
+    assert "opacity_s50000007_positive_0" in faults
+    manifest = json.loads((run_dir / "run_manifest.json").read_text(encoding="utf-8"))
+    assert manifest["provider"] == "inspect" and manifest["oracle_setting"] == "implicit"
+
+
+def _first_case(tmp_path: Path):
+    bench = stage03_bundle.write_bundle(tmp_path / "bench")
+    bundle = load_bundle(bench)
+    return bench, validate_bundle(bundle, ["effusion_s50000001_positive_0"])[0]
+
+
+def test_a_fault_is_never_scored_and_a_reply_must_answer_its_turn(tmp_path):
+    _, case = _first_case(tmp_path)
+    dialogue = Dialogue(case, "implicit")
+    prepared = dialogue.prepare()
+    rid = prepared.request.request_id
+    with pytest.raises(ValueError, match="a fault is not an answer"):
+        answer_turn(dialogue, prepared, RecordedReply(rid, "", status=FAULT, error="timeout"))
+    with pytest.raises(ValueError, match="given for"):
+        answer_turn(dialogue, prepared, RecordedReply("other/detection_qa", "Answer: 1"))
+    assert dialogue.outcomes == {}
+    outcome = answer_turn(dialogue, prepared, RecordedReply(rid, "Answer: 1"))
+    assert outcome.parsed.status == "ok" and dialogue.history_idx == {"detection_qa": 0}
+
+
+def test_recorded_model_refuses_replies_to_another_question(tmp_path):
+    _, case = _first_case(tmp_path)
+    request = Dialogue(case, "none").prepare().request
+    model = RecordedModel(MODEL, {request.request_id: RecordedReply(
+        request.request_id, "Answer: 1", user_text="Is there any finding of something else?")},
+        source="a test log", label="inspect")
+    with pytest.raises(SchemaError, match="another question"):
+        model.generate([request])
+    missing = RecordedModel(MODEL, {}, source="a test log", label="inspect",
+                            errors={case.key_id: "sample timed out"})
+    [completion] = missing.generate([request])
+    assert completion.status == FAULT and "sample timed out" in completion.error
+
+
+def test_only_the_task_module_imports_inspect_ai():
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import chexpercept, utils\n"
+        "for pkg in (chexpercept, utils):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        if m.name != 'chexpercept.integrations.inspect_task':\n"
+        "            importlib.import_module(m.name)\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] == 'inspect_ai']\n"
+        "print(loaded[:5])\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_inspect_outputs_map_to_stage03_statuses_and_token_counts(tmp_path):
+    from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage
+
+    from chexpercept.integrations.inspect_task import TurnFault, recorded_reply
+
+    _, case = _first_case(tmp_path)
+    prepared = Dialogue(case, "none").prepare()
+
+    def output(content, stop="stop", **kw):
+        return ModelOutput.from_content(MODEL, content, stop_reason=stop, **kw)
+
+    usage = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=45,
+                       input_tokens_cache_read=30, reasoning_tokens=2)
+    ok = output("Answer: 1")
+    ok.usage = usage
+    reply = recorded_reply(ok, prepared)
+    assert (reply.status, reply.finish_reason, reply.user_text) == ("ok", "stop", prepared.text)
+    assert dict(reply.usage) == {"input_tokens": 40, "cached_input_tokens": 30,
+                                 "output_tokens": 5, "thinking_tokens": 2}
+    cut = recorded_reply(output("Let me think", stop="max_tokens"), prepared)
+    assert cut.finish_reason == "length"
+    fresh = Dialogue(case, "none")
+    assert answer_turn(fresh, fresh.prepare(), cut).parsed.status == "truncated"
+    refusal = ModelOutput.from_message(ChatMessageAssistant(
+        content=[ContentText(text="I can't help with that.", refusal=True)]))
+    assert recorded_reply(refusal, prepared).status == "refused"
+    assert recorded_reply(output("", stop="content_filter"), prepared).status == "blocked"
+    with pytest.raises(TurnFault, match="no answer"):
+        recorded_reply(output("", error="connection reset"), prepared)
