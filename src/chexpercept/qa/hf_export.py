@@ -219,10 +219,14 @@ def plan_shards(sizes: Sequence[int], max_bytes: int) -> list[range]:
 
 
 def _write_shard(path: Path, rows: Sequence[dict[str, Any]], schema: Any) -> None:
-    """Write rows as one parquet file, :data:`ROW_GROUP_CASES` rows per row group."""
+    """Write rows as one parquet file, :data:`ROW_GROUP_CASES` rows per row group.
+
+    No dictionary encoding: the image bytes are unique, and a dictionary of them would only be
+    built and dropped.
+    """
     pa = require("pyarrow", "hf-dataset", "writing the Hugging Face dataset form")
     pq = require("pyarrow.parquet", "hf-dataset", "writing the Hugging Face dataset form")
-    with pq.ParquetWriter(path, schema) as writer:
+    with pq.ParquetWriter(path, schema, use_dictionary=False) as writer:
         for i in range(0, len(rows), ROW_GROUP_CASES):
             writer.write_table(pa.Table.from_pylist(list(rows[i:i + ROW_GROUP_CASES]),
                                                     schema=schema))
