@@ -59,6 +59,11 @@ else
     # sam2 is an sdist that must build against the installed torch (CPU build of its extension off).
     SAM2_BUILD_CUDA=0 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
       --no-build-isolation "sam2==1.1.0" "hydra-core~=1.3.8" "iopath~=0.1.10"
+    # lmms-eval for the lmms-eval task's test (docs/integrations.md, "lmms-eval"): without its
+    # dependencies, which would downgrade protobuf and antlr4 here (sam2's hydra needs 4.9);
+    # the few it imports are in the dev extra. About 40 MB, a few seconds.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+      "lmms-eval==0.7.3"
   fi
   # The public smoke (scripts/public_sample_test.sh) reads NIH's box and image tables from
   # torchxrayvision's data/ folder without importing it (docs/public_data.md): the wheel alone,

@@ -1,0 +1,257 @@
+"""The lmms-eval task asks Stage 03's dialogue and scores each case as Stage 03 does.
+
+lmms-eval's own evaluator (``simple_evaluate``, in-process, the task folder through a
+``TaskManager`` include path) runs the ``chexpercept_*`` tasks on the synthetic Stage 03 bundle
+with two stand-in model classes registered here: a simple one (one text and an image list per
+round, as lmms-eval's Qwen-VL / LLaVA classes take them) and a chat one (messages per round, as
+its vLLM chat class). Both answer scripted replies keyed by ``<key_id>/<turn>``; the same
+replies go through Stage 03's runner (``run_evaluation`` with a scripted provider). No network:
+the datasets cache is in tmp_path and the task reads the bundle from disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lmms_eval")
+
+import lmms_eval.evaluator  # noqa: E402
+from lmms_eval.api.model import lmms  # noqa: E402
+from lmms_eval.api.registry import register_model  # noqa: E402
+from lmms_eval.evaluator import simple_evaluate  # noqa: E402
+from lmms_eval.tasks import TaskManager  # noqa: E402
+
+from chexpercept.errors import ConfigError  # noqa: E402
+from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation  # noqa: E402
+from chexpercept.evaluation.cases import validate_bundle  # noqa: E402
+from chexpercept.evaluation.dialogue import SYSTEM_PROMPT, request_id  # noqa: E402
+from chexpercept.integrations import lmms_eval_task  # noqa: E402
+from chexpercept.layouts import all_results_path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS_DIR = REPO / "src" / "chexpercept" / "integrations" / "lmms_eval_tasks"
+#: Scripted replies: right or wrong answers, a multi-select, a bold declaration, an unparseable
+#: hedge (docs/parsing.md); which one a turn gets is a function of its request id.
+REPLIES = ("Answer: 1", "Answer: 2", "The findings fit both.\nAnswer: 1,2", "**Answer:** 3",
+           "I cannot tell from this image.", "Answer: 4", "Looking at the image.\nAnswer: 2")
+SECTIONS = {"detection": "detection_qa", "contour_evaluation": "contour_evaluation_qa",
+            "contour_revision": "contour_revision_qa",
+            "attribute_extraction": "attribute_extraction_qa"}
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+stage03_bundle = _load("stage03_bundle_for_lmms", REPO / "tests" / "evaluation" /
+                       "stage03_bundle.py")
+stage03_fakes = _load("stage03_fakes_for_lmms", REPO / "tests" / "evaluation" /
+                      "stage03_fakes.py")
+
+
+# lmms-eval 0.7.3 patches filelock's private ``filelock._api`` before every run, a module
+# filelock 4 no longer has (this venv has filelock 4, which torch and datasets accept). The patch
+# only guards nested ``load_dataset`` calls, which this task never makes (its stub is a local
+# JSON file), so it is marked done here; the ``lmms`` extra pins filelock<4 for a real run
+# (docs/integrations.md, "lmms-eval").
+lmms_eval.evaluator._enable_reentrant_filelocks._patched = True
+
+
+def scripted(rid: str) -> str:
+    """The reply to request ``rid`` (the same in both harnesses)."""
+    return REPLIES[sum(map(ord, rid)) % len(REPLIES)]
+
+
+class _Scripted(lmms):
+    """Answers each round with :func:`scripted` (or ``overrides``); records what it was sent."""
+
+    def __init__(self, overrides: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.overrides = overrides or {}
+        self.sent: dict[str, Any] = {}  # request id -> what the round carried
+
+    def reply(self, doc: dict[str, Any], round_idx: int, sent: Any) -> str:
+        case = lmms_eval_task._case(doc)
+        rid = request_id(case.key_id, case.turns[round_idx].spec.name)
+        self.sent[rid] = sent
+        return self.overrides.get(rid, scripted(rid))
+
+    def loglikelihood(self, requests):
+        raise NotImplementedError
+
+    def generate_until(self, requests):
+        raise NotImplementedError
+
+
+@register_model("chexpercept_scripted_simple")
+class ScriptedSimple(_Scripted):
+    """A simple model class: one text and a list of images per round (lmms-eval's protocol)."""
+
+    is_simple = True
+
+    def generate_until_multi_round(self, requests):
+        out = []
+        for request in requests:
+            ctx, _gen, doc_to_visual, doc_to_text, doc_id, task, split = request.args
+            doc = self.task_dict[task][split][doc_id]
+            visuals, text, outputs, info = doc_to_visual(doc), ctx, [], None
+            while True:
+                outputs.append(self.reply(doc, len(outputs), (text, visuals)))
+                visuals, text, terminal, outputs, info = doc_to_text(
+                    doc, previous_output=outputs, round_idx=len(outputs),
+                    previous_round_info=info)
+                if terminal:
+                    break
+            out.append(list(outputs))
+        return out
+
+
+@register_model("chexpercept_scripted_chat")
+class ScriptedChat(_Scripted):
+    """A chat model class: messages per round (as lmms-eval's vLLM chat class asks them)."""
+
+    is_simple = False
+
+    def generate_until_multi_round(self, requests):
+        out = []
+        for request in requests:
+            _ctx, doc_to_messages, _gen, doc_id, task, split = request.arguments
+            doc = self.task_dict[task][split][doc_id]
+            messages, outputs, info = doc_to_messages(doc), [], None
+            while True:
+                outputs.append(self.reply(doc, len(outputs), messages))
+                messages, terminal, _prev, info = doc_to_messages(
+                    doc, round_idx=len(outputs), previous_output=list(outputs),
+                    previous_round_info=info)
+                if terminal:
+                    break
+            out.append(outputs)
+        return out
+
+
+@pytest.fixture()
+def bench(tmp_path, monkeypatch):
+    root = stage03_bundle.write_bundle(tmp_path / "bench")
+    monkeypatch.setenv(lmms_eval_task.BENCHMARK_DIR_ENV, str(root))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return root
+
+
+def run_lmms(model: _Scripted, setting: str) -> dict[str, Any]:
+    """Run ``chexpercept_<setting>`` through lmms-eval; key_id -> its logged sample."""
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    out = simple_evaluate(model=model, tasks=[f"chexpercept_{setting}"], task_manager=manager,
+                          bootstrap_iters=0, log_samples=True, batch_size=1)
+    samples = out["samples"][f"chexpercept_{setting}"]
+    return {s["doc"]["key_id"]: s for s in samples}, out["results"][f"chexpercept_{setting}"]
+
+
+def run_stage03(root: Path, run_dir: Path, setting: str, overrides=None):
+    """The same replies through Stage 03's runner; all_results.json and the requests sent."""
+    overrides = overrides or {}
+    model = stage03_fakes.ScriptedModel(
+        lambda request: overrides.get(request.request_id, scripted(request.request_id)))
+    bundle = load_bundle(root)
+    run_evaluation(bundle, validate_bundle(bundle), model,
+                   EvalSettings("scripted", "m", oracle_setting=setting), run_dir)
+    requests = {r.request_id: r for batch in model.batches for r in batch}
+    return json.loads(all_results_path(run_dir).read_text(encoding="utf-8")), requests
+
+
+@pytest.mark.parametrize("setting", ["none", "implicit", "explicit"])
+@pytest.mark.parametrize("model_class", [ScriptedSimple, ScriptedChat])
+def test_scores_equal_stage03_for_the_same_replies(bench, tmp_path, setting, model_class):
+    samples, _ = run_lmms(model_class(), setting)
+    results, _ = run_stage03(bench, tmp_path / "run", setting)
+    assert list(samples) == list(results)
+    for key_id, expected in results.items():
+        sample = samples[key_id]
+        case = sample["chexpercept_case"]
+        assert case["finished"] and sample["unfinished"] == 0
+        assert case["oracle_setting"] == setting
+        for metric, section in SECTIONS.items():
+            want = float(expected[section]["correct"]) if expected[section] else None
+            assert sample[metric] == want, (key_id, metric)
+            assert (case["stages"].get(section)) == (expected[section].get("correct")), key_id
+        history = expected["chat_history"]
+        turns = expected["_chat_history_idx"]
+        assert list(case["turns"]) == list(turns)
+        for name, idx in turns.items():
+            entry = history[idx]
+            raw = entry[3] if len(entry) > 3 else entry[2]  # the implicit patch keeps the raw
+            assert case["turns"][name]["raw"] == raw
+
+
+def _parts(messages) -> list[tuple[str, str, int]]:
+    return [(m["role"], m["content"][-1]["text"], len(m["content"]) - 1) for m in messages]
+
+
+@pytest.mark.parametrize("setting", ["none", "implicit", "explicit"])
+def test_chat_rounds_carry_stage03_requests(bench, tmp_path, setting):
+    """Each chat round is Stage 03's request: system, earlier turns (oracle-patched), images."""
+    model = ScriptedChat()
+    run_lmms(model, setting)
+    _, requests = run_stage03(bench, tmp_path / "run", setting)
+    assert set(model.sent) == set(requests)
+    for rid, request in requests.items():
+        want = [(m.role, m.text, len(m.images)) for m in request.messages]
+        assert _parts(model.sent[rid]) == want, rid
+
+
+def test_simple_rounds_write_the_oracle_passed_history_into_the_prompt(bench, tmp_path):
+    """Under ``implicit`` a wrong detection is replaced by the ground truth; under ``none`` not."""
+    key_id = "effusion_s50000001_positive_0"  # revision-required, detection ground truth 1
+    detection = request_id(key_id, "detection_qa")
+    contour = request_id(key_id, "contour_evaluation_qa")
+    wrong = "It looks clear to me.\nAnswer: 2"
+    texts = {}
+    for setting in ("none", "implicit"):
+        model = ScriptedSimple({detection: wrong})
+        run_lmms(model, setting)
+        texts[setting], images = model.sent[contour]
+        assert len(images) == 2  # the CXR again, then the contour overlay
+    assert f"[Your answer 1]\n{wrong}" in texts["none"]
+    assert "[Your answer 1]\nAnswer: 1\n" in texts["implicit"]
+    assert wrong not in texts["implicit"]
+    assert texts["none"].startswith(SYSTEM_PROMPT)
+
+
+def test_an_empty_round_is_no_answer_and_stops_the_case(bench, tmp_path):
+    """lmms-eval's API classes return '' for a failed request: unfinished, never wrong."""
+    key_id = "effusion_s50000002_positive_0"  # revision-free, 6 turns
+    contour = request_id(key_id, "contour_evaluation_qa")
+    model = ScriptedSimple({contour: ""})
+    samples, summary = run_lmms(model, "implicit")
+    sample = samples[key_id]
+    assert sample["unfinished"] == 1
+    assert all(sample[m] is None for m in SECTIONS)
+    assert list(sample["chexpercept_case"]["turns"]) == ["detection_qa"]
+    assert not any(rid.startswith(f"{key_id}/attribute") for rid in model.sent)
+    assert summary["unfinished,none"] == 1
+    # the aggregate leaves the unfinished case out, as Stage 04 counts it missing
+    finished = [s for s in samples.values() if s["unfinished"] == 0]
+    expected = sum(s["detection"] for s in finished) / len(finished)
+    assert summary["detection,none"] == pytest.approx(expected)
+
+
+def test_missing_benchmark_dir_names_the_variable(monkeypatch):
+    monkeypatch.delenv(lmms_eval_task.BENCHMARK_DIR_ENV, raising=False)
+    with pytest.raises(ConfigError, match=lmms_eval_task.BENCHMARK_DIR_ENV):
+        lmms_eval_task.process_docs(None)
+
+
+def test_bad_oracle_setting_is_refused():
+    with pytest.raises(ConfigError, match="oracle_setting"):
+        lmms_eval_task.oracle_setting({"oracle_setting": "oracle"})
