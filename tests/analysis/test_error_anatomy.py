@@ -33,7 +33,9 @@ from chexpercept.analysis.error_anatomy import (
     error_class_rows,
     load_error_facts,
     mask_iou,
+    mask_ious,
     option_side,
+    resolve_mask_ious,
 )
 
 RR = "effusion_s1_positive_0"
@@ -217,6 +219,37 @@ def test_wrong_revised_mask_iou_unknown_without_images(tmp_path):
         (REVISION_RESULT_Q, WRONG_MASK_IOU_UNKNOWN)]
     assert case_errors(case_answers(rec), None).errors == [(REVISION_RESULT_Q,
                                                             WRONG_MASK_IOU_UNKNOWN)]
+
+
+def test_wrong_masks_are_measured_once_for_all_runs(tmp_path, caplog):
+    facts = {RR: _facts(mask_images=_mask_options(tmp_path / "a")),
+             RF: _facts(mask_images=(*_mask_options(tmp_path / "b")[:3],
+                                     str(tmp_path / "missing.png")))}
+    runs = [{RR: _record(RR, "revision_required", rev={"revision_result": _sub(1, c1)}),
+             RF: _record(RF, "revision_required", rev={"revision_result": _sub(1, c2)})}
+            for c1, c2 in (("2", "4"), ("2", "3"), ("4", "1"))]
+    anatomies = [analyse_errors(r, list(r), facts, measure=False) for r in runs]
+    assert anatomies[0].pending == {RR: (facts[RR].mask_images[1], facts[RR].mask_images[0]),
+                                    RF: (facts[RF].mask_images[3], facts[RF].mask_images[0])}
+    assert RR not in anatomies[0].case_classes  # its bin is still open
+    with caplog.at_level("WARNING"):
+        resolve_mask_ious(anatomies, jobs=2)
+    assert [r.message for r in caplog.records].count(next(
+        r.message for r in caplog.records if "unknown" in r.message)) == 1  # one warning
+    # two runs chose the missing image: one distinct pair, measured (and warned about) once
+    assert "1 distinct chosen wrong revised mask(s)" in caplog.text
+    assert "missing.png" in caplog.text
+    assert [a.case_classes for a in anatomies] == [
+        {RR: {"wrong_mask_iou_ge_0.90"}, RF: {WRONG_MASK_IOU_UNKNOWN}},
+        {RR: {"wrong_mask_iou_ge_0.90"}, RF: {"wrong_mask_iou_0.50_0.70"}},
+        {RR: {"wrong_mask_iou_lt_0.50"}}]
+    assert all(not a.pending for a in anatomies)
+    # the same counts as measuring each run on its own, in this process
+    for r, a in zip(runs, anatomies, strict=True):
+        assert analyse_errors(r, list(r), facts).classes == a.classes
+    pairs = [p for r in runs for p in analyse_errors(r, list(r), facts,
+                                                     measure=False).pending.values()]
+    assert mask_ious(pairs, jobs=2) == mask_ious(pairs, jobs=1)
 
 
 def test_tables_pool_lesions_keep_no_answer_and_give_wilson_intervals():

@@ -30,7 +30,7 @@ from chexpercept.analysis.compare import (
     format_comparison,
     paired_comparison,
 )
-from chexpercept.analysis.error_anatomy import load_error_facts
+from chexpercept.analysis.error_anatomy import class_bits, load_error_facts, resolve_mask_ious
 from chexpercept.analysis.extended import (
     RunAnalysis,
     analyse_chance,
@@ -159,6 +159,12 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
                            run.name, analysis.table.n_cases, len(benchmark),
                            len(benchmark) - analysis.table.n_cases)
         result.analyses.append(analysis)
+    # wrong revised masks: each distinct option pair measured once for all runs
+    resolve_mask_ious((a.errors for a in result.analyses), jobs=cpus)
+    for analysis, part in zip(result.analyses, parts, strict=True):
+        if part is not None and analysis.errors is not None:  # the viewer's error filter
+            part.errors = [class_bits(analysis.errors.case_classes.get(k, ()))
+                           for k in part.keys]
     all_metrics = [a.metrics for a in result.analyses]
     if all_models:
         chance = analyse_chance(benchmark, result.analyses)

@@ -20,7 +20,6 @@ Answers are read in the benchmark's option numbering (the numbering of ``ground_
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from chexpercept.analysis._workers import worker_pool
 from chexpercept.analysis.bootstrap import wilson_interval
 from chexpercept.analysis.case_table import REVISION_KEYS, STAGE_FIELDS
 from chexpercept.errors import ChexperceptError
@@ -163,7 +163,6 @@ def load_error_facts(benchmark_dir: str | Path | None) -> dict[str, CaseFacts] |
     Returns:
         key_id -> facts, or None.
     """
-    mask_iou.cache_clear()  # the images may have changed since an earlier analysis
     if benchmark_dir is None:
         return None
     path = Path(benchmark_dir) / "chexpercept.json"
@@ -188,28 +187,83 @@ def _mask(path: str) -> np.ndarray:
     return ((g - r) >= OVERLAY_MIN_CYAN) & ((b - r) >= OVERLAY_MIN_CYAN)
 
 
-@functools.lru_cache(maxsize=4096)
+def _read_mask(path: str) -> np.ndarray | str:
+    """:func:`_mask`, or why it cannot be read (an unreadable image, no overlay pixel)."""
+    try:
+        mask = _mask(path)
+    except ChexperceptError as exc:
+        return str(exc).splitlines()[0]
+    return mask if mask.any() else f"{path}: no cyan overlay pixel"
+
+
+def _ious_against(true_image: str, chosen_images: Sequence[str]
+                  ) -> list[tuple[float | None, str]]:
+    """IoU of each chosen option's mask with the true option's, decoding each image once.
+
+    Returns:
+        Per chosen image ``(iou, "")``, or ``(None, reason)`` when it cannot be measured.
+    """
+    true = _read_mask(true_image)
+    out: list[tuple[float | None, str]] = []
+    for chosen_image in chosen_images:
+        chosen = _read_mask(chosen_image)
+        if isinstance(true, str) or isinstance(chosen, str):
+            out.append((None, true if isinstance(true, str) else str(chosen)))
+        elif chosen.shape != true.shape:
+            out.append((None, f"{chosen_image} and {true_image} differ in size"))
+        else:
+            out.append((float((chosen & true).sum()) / int((chosen | true).sum()), ""))
+    return out
+
+
 def mask_iou(chosen_image: str, true_image: str) -> float | None:
     """IoU in [0, 1] of the masks drawn on two revision-result option images, or None.
 
     The masks are read back from the overlays (:data:`OVERLAY_MIN_CYAN`); the bundle stores
-    mask stems, not the masks or their IoUs. None (one warning each) when an image cannot be
-    read, the two differ in size, or either shows no overlay (no mask could be read back).
+    mask stems, not the masks or their IoUs. None when an image cannot be read, the two differ
+    in size, or either shows no overlay pixel (no mask could be read back).
     """
-    try:
-        a, b = _mask(chosen_image), _mask(true_image)
-    except ChexperceptError as exc:
-        logger.warning("error anatomy: revised-mask IoU unknown: %s", str(exc).splitlines()[0])
-        return None
-    if a.shape != b.shape:
-        logger.warning("error anatomy: revised-mask IoU unknown: %s and %s differ in size",
-                       chosen_image, true_image)
-        return None
-    if not a.any() or not b.any():
-        logger.warning("error anatomy: revised-mask IoU unknown: no cyan overlay found in %s",
-                       chosen_image if not a.any() else true_image)
-        return None
-    return float((a & b).sum()) / int((a | b).sum())
+    return _ious_against(true_image, [chosen_image])[0][0]
+
+
+def mask_ious(pairs: Iterable[tuple[str, str]], *, jobs: int = 1
+              ) -> dict[tuple[str, str], float | None]:
+    """:func:`mask_iou` of distinct ``(chosen image, true image)`` pairs, each image decoded once.
+
+    A 1024 x 1024 option image takes tens of milliseconds to decode, so Stage 04 measures
+    only the pairs some run chose, once for all runs, grouped by the true image and spread
+    over ``jobs`` worker processes (the result does not depend on ``jobs``). One warning
+    counts the pairs whose IoU is unknown and gives the first reason.
+
+    Args:
+        pairs: ``(chosen option image, true option image)`` paths.
+        jobs: Worker processes (1: this process).
+
+    Returns:
+        pair -> IoU in [0, 1], or None (unknown).
+    """
+    groups: dict[str, list[str]] = {}
+    for chosen, true in sorted(set(pairs)):
+        groups.setdefault(true, []).append(chosen)
+    trues = list(groups)
+    if jobs > 1 and len(trues) > 1:
+        with worker_pool(min(jobs, len(trues))) as pool:
+            results = list(pool.map(_ious_against, trues, [groups[t] for t in trues],
+                                    chunksize=max(1, len(trues) // (4 * jobs))))
+    else:
+        results = [_ious_against(t, groups[t]) for t in trues]
+    out: dict[tuple[str, str], float | None] = {}
+    reasons = []
+    for true, measured in zip(trues, results, strict=True):
+        for chosen, (iou, reason) in zip(groups[true], measured, strict=True):
+            out[(chosen, true)] = iou
+            if iou is None:
+                reasons.append(reason)
+    if reasons:
+        logger.warning("error anatomy: the IoU of %d distinct chosen wrong revised mask(s) is "
+                       "unknown (counted as %s), e.g. %s", len(reasons), WRONG_MASK_IOU_UNKNOWN,
+                       reasons[0])
+    return out
 
 
 def _indices(value: Any) -> tuple[int, ...] | None:
@@ -236,11 +290,13 @@ class Answer:
         question: Turn name (:data:`QUESTION_NAMES`).
         true: 1-based option number(s) of the ground truth, ascending.
         chosen: The parsed answer's option number(s), or None (:data:`NO_ANSWER`).
+        unreadable: The status is ``ok`` (or absent) but the stored text names no option.
     """
 
     question: str
     true: tuple[int, ...]
     chosen: tuple[int, ...] | None
+    unreadable: bool = False
 
 
 def case_answers(record: Mapping[str, Any]) -> list[Answer]:
@@ -267,8 +323,9 @@ def case_answers(record: Mapping[str, Any]) -> list[Answer]:
         true = _indices(gt)
         if true is None:
             continue
-        chosen = _indices(reply) if flags.get("status", "ok") == "ok" else None
-        out.append(Answer(question, true, chosen))
+        ok = flags.get("status", "ok") == "ok"
+        chosen = _indices(reply) if ok else None
+        out.append(Answer(question, true, chosen, ok and chosen is None))
     return out
 
 
@@ -289,10 +346,13 @@ class CaseErrors:
     Attributes:
         eligible: ``(question, class)`` pairs on which the class could occur (denominators).
         errors: The ``(question, class)`` pairs that occurred (a subset of ``eligible``).
+        mask_pair: ``(chosen, true)`` option images of a wrong revised mask whose IoU bin is
+            still to be measured (``case_errors(..., measure=False)``), else None.
     """
 
     eligible: list[tuple[str, str]] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    mask_pair: tuple[str, str] | None = None
 
     def add(self, question: str, name: str, occurred: bool) -> None:
         """Count one question for class ``name``; ``occurred``: the error happened."""
@@ -306,13 +366,17 @@ class CaseErrors:
         return {name for _, name in self.errors}
 
 
-def case_errors(answers: Sequence[Answer], facts: CaseFacts | None) -> CaseErrors:
+def case_errors(answers: Sequence[Answer], facts: CaseFacts | None, *,
+                measure: bool = True) -> CaseErrors:
     """The error classes of one case (definitions: docs/metrics.md, "Error anatomy").
 
     Args:
         answers: :func:`case_answers` of the case's record.
         facts: Its benchmark facts, or None (then only the classes that need none are counted:
             zone count and the comparison's laterality swap).
+        measure: Measure a wrong revised mask's IoU now (:func:`mask_iou`); False leaves its
+            bin open and records the two images in :attr:`CaseErrors.mask_pair` (every
+            revision-result class is still counted in the denominators).
 
     Returns:
         The case's :class:`CaseErrors`.
@@ -344,11 +408,14 @@ def case_errors(answers: Sequence[Answer], facts: CaseFacts | None) -> CaseError
                         bool(set(chosen or ()) & other_points))
         elif a.question == REVISION_RESULT_Q:
             wrong = chosen is not None and chosen != a.true
-            name = WRONG_MASK_IOU_UNKNOWN
+            name: str | None = WRONG_MASK_IOU_UNKNOWN
             if wrong and facts is not None and len(chosen) == 1 \
                     and max(chosen[0], a.true[0]) <= len(facts.mask_images):
-                name = _iou_class(mask_iou(facts.mask_images[chosen[0] - 1],
-                                           facts.mask_images[a.true[0] - 1]))
+                pair = (facts.mask_images[chosen[0] - 1], facts.mask_images[a.true[0] - 1])
+                if measure:
+                    name = _iou_class(mask_iou(*pair))
+                else:
+                    name, out.mask_pair = None, pair
             for cls, _ in (*IOU_BINS, (WRONG_MASK_IOU_UNKNOWN, 0.0)):
                 out.add(a.question, cls, wrong and cls == name)
     return out
@@ -364,17 +431,46 @@ class ErrorAnatomy:
         classes: ``(lesion, question, class) -> [k, n]``: errors and cases asked.
         case_classes: key_id -> the classes that occurred (cases with none left out).
         unreadable: Answers with an ``ok`` status whose stored text named no option.
+        pending: key_id -> ``(chosen, true)`` option images of a wrong revised mask whose IoU
+            bin :func:`resolve_mask_ious` has still to fill in (empty once resolved).
     """
 
     confusion: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     classes: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     case_classes: dict[str, set[str]] = field(default_factory=dict)
     unreadable: int = 0
+    pending: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def resolve(self, ious: Mapping[tuple[str, str], float | None]) -> None:
+        """Count each pending wrong revised mask in its IoU bin (``ious``: :func:`mask_ious`)."""
+        for key_id, pair in self.pending.items():
+            name = _iou_class(ious.get(pair))
+            self.classes[(key_id.split("_", 1)[0], REVISION_RESULT_Q, name)][0] += 1
+            self.case_classes.setdefault(key_id, set()).add(name)
+        self.pending = {}
+
+
+def resolve_mask_ious(anatomies: Iterable[ErrorAnatomy | None], *, jobs: int = 1) -> None:
+    """Measure the pending wrong revised masks of every run at once and fill in their bins.
+
+    The runs of one benchmark choose among the same option images, so each distinct pair is
+    measured once for all runs (:func:`mask_ious`).
+
+    Args:
+        anatomies: The runs' error anatomies (None entries are skipped); changed in place.
+        jobs: Worker processes for the measurements.
+    """
+    todo = [a for a in anatomies if a is not None and a.pending]
+    if not todo:
+        return
+    ious = mask_ious((p for a in todo for p in a.pending.values()), jobs=jobs)
+    for a in todo:
+        a.resolve(ious)
 
 
 def analyse_errors(records: Mapping[str, Any], key_ids: Iterable[str],
-                   facts: Mapping[str, CaseFacts] | None, source: str | Path = "all_results"
-                   ) -> ErrorAnatomy:
+                   facts: Mapping[str, CaseFacts] | None, source: str | Path = "all_results",
+                   *, measure: bool = True) -> ErrorAnatomy:
     """Confusion counts and error classes of the scored cases of one run.
 
     Args:
@@ -383,6 +479,9 @@ def analyse_errors(records: Mapping[str, Any], key_ids: Iterable[str],
             cases are handled as in every other table).
         facts: :func:`load_error_facts`, or None.
         source: The file, named in the warning about unreadable stored answers.
+        measure: Measure wrong revised masks' IoUs now (:func:`mask_ious`, in this process);
+            False leaves them in :attr:`ErrorAnatomy.pending` for :func:`resolve_mask_ious`
+            (Stage 04 measures them once for all runs).
 
     Returns:
         The run's :class:`ErrorAnatomy`.
@@ -397,8 +496,9 @@ def analyse_errors(records: Mapping[str, Any], key_ids: Iterable[str],
         for a in answers:
             key = (lesion, a.question, _label(a.true), _label(a.chosen))
             out.confusion[key] = out.confusion.get(key, 0) + 1
-        out.unreadable += _unreadable(record)
-        errors = case_errors(answers, facts.get(key_id) if facts is not None else None)
+        out.unreadable += sum(a.unreadable for a in answers)
+        errors = case_errors(answers, facts.get(key_id) if facts is not None else None,
+                             measure=False)
         for question, name in errors.eligible:
             cell = out.classes.setdefault((lesion, question, name), [0, 0])
             cell[1] += 1
@@ -406,30 +506,15 @@ def analyse_errors(records: Mapping[str, Any], key_ids: Iterable[str],
             out.classes[(lesion, question, name)][0] += 1
         if errors.errors:
             out.case_classes[key_id] = errors.classes
+        if errors.mask_pair is not None:
+            out.pending[key_id] = errors.mask_pair
+    if measure:
+        resolve_mask_ious([out])
     if out.unreadable:
         logger.warning("%s: %d answer(s) with status ok store no option numbers (a release "
                        "file?): counted as '%s' in the error tables", source, out.unreadable,
                        NO_ANSWER)
     return out
-
-
-def _unreadable(record: Mapping[str, Any]) -> int:
-    """Answers of a record whose status is ok (or absent) but whose stored text is no option."""
-    n = 0
-    for _, section, sub in QUESTIONS:
-        block = record.get(section)
-        if not isinstance(block, Mapping):
-            continue
-        if sub is None:
-            flags, reply = block, block.get("response", block.get("responses"))
-        else:
-            flags = block.get(sub)
-            replies = block.get("responses")
-            reply = replies.get(sub) if isinstance(replies, Mapping) else None
-        if isinstance(flags, Mapping) and "correct" in flags and \
-                flags.get("status", "ok") == "ok" and _indices(reply) is None:
-            n += 1
-    return n
 
 
 def _option_key(label: str) -> tuple[int, tuple[int, ...]]:
@@ -461,7 +546,9 @@ def error_class_rows(anatomy: ErrorAnatomy) -> list[dict[str, Any]]:
     Each class and question it applies to, per lesion with cases asked and pooled
     (``lesion = all``, always written; NA rate without cases): ``k`` errors out of
     ``n_cases`` eligible questions, rate ``value = k / n_cases`` with its 95 % Wilson interval.
+    Wrong revised masks still pending are measured first (:func:`resolve_mask_ious`).
     """
+    resolve_mask_ious([anatomy])
     pooled: dict[tuple[str, str], list[int]] = {}
     for (_, q, name), (k, n) in anatomy.classes.items():
         cell = pooled.setdefault((q, name), [0, 0])

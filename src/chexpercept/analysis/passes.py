@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.analysis._workers import worker_pool
-from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors, class_bits
+from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
 from chexpercept.analysis.option_order import option_tables
 from chexpercept.analysis.runs import RunRef
@@ -59,8 +59,9 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     """Score run ``r``, count its error anatomy and (with a viewer folder) write its viewer chunks.
 
     The run's file is parsed once; the error anatomy (``error_anatomy.analyse_errors``) reads
-    the scored cases' answers from the same parsed file and, with a viewer, gives each case's
-    error classes to the viewer's filter (``ViewerPart.errors``).
+    the scored cases' answers from the same parsed file. Its wrong revised masks are left
+    pending (``error_anatomy.resolve_mask_ious`` measures them once for all runs; then
+    :func:`api.analyze` gives each case's error classes to the viewer, ``ViewerPart.errors``).
 
     Returns:
         ``(analysis, part)``: the run's :class:`RunAnalysis` and its viewer part (None
@@ -80,15 +81,15 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     # the option-position tables read the same parsed file (docs/metrics.md, "Option order")
     analysis = replace(analysis, option_order=option_tables(
         data, analysis.table.key_ids, options.option_counts, run.all_results))
-    errors = analyse_errors(data, analysis.table.key_ids, options.error_facts, run.all_results)
+    # wrong revised masks are measured afterwards, once for all runs (resolve_mask_ious)
+    errors = analyse_errors(data, analysis.table.key_ids, options.error_facts, run.all_results,
+                            measure=False)
     analysis = replace(analysis, errors=errors)
     part = None
     if options.viewer_dir is not None:
         part = convert_run(r, run, data, options.viewer_dir,
                            image_max_side=options.image_max_side,
                            chunk_size=options.chunk_size)
-        # the viewer's error-class filter (docs/viewer.md, "Index")
-        part.errors = [class_bits(errors.case_classes.get(k, ())) for k in part.keys]
     return analysis, part
 
 
