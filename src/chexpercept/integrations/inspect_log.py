@@ -99,7 +99,8 @@ def read_inspect_log(log_path: str | Path) -> InspectRun:
         if sample.error is not None:
             errors[key_id] = str(sample.error.message)
     if not key_ids:
-        raise InputError(f"{path}: the log holds no sample (status {log.status})")
+        raise InputError(f"{path}: the log holds no sample (status {log.status}; the converter "
+                         f"needs the samples: run inspect without --no-log-samples)")
     return InspectRun(log_path=path, model=str(spec.model),
                       benchmark_dir=str(args["benchmark_dir"]),
                       oracle_setting=str(args.get("oracle_setting", "implicit")),
