@@ -11,6 +11,7 @@ the datasets cache is in tmp_path and the task reads the bundle from disk.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -25,14 +26,17 @@ import lmms_eval.evaluator  # noqa: E402
 from lmms_eval.api.model import lmms  # noqa: E402
 from lmms_eval.api.registry import register_model  # noqa: E402
 from lmms_eval.evaluator import simple_evaluate  # noqa: E402
+from lmms_eval.loggers import EvaluationTracker  # noqa: E402
 from lmms_eval.tasks import TaskManager  # noqa: E402
 
-from chexpercept.errors import ConfigError  # noqa: E402
+from chexpercept.errors import ConfigError, SchemaError  # noqa: E402
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation  # noqa: E402
 from chexpercept.evaluation.cases import validate_bundle  # noqa: E402
 from chexpercept.evaluation.dialogue import SYSTEM_PROMPT, request_id  # noqa: E402
 from chexpercept.integrations import lmms_eval_task  # noqa: E402
+from chexpercept.integrations.lmms_eval_samples import read_lmms_samples  # noqa: E402
 from chexpercept.layouts import all_results_path  # noqa: E402
+from chexpercept_cli.import_lmms_samples import main as import_lmms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS_DIR = REPO / "src" / "chexpercept" / "integrations" / "lmms_eval_tasks"
@@ -149,13 +153,24 @@ def bench(tmp_path, monkeypatch):
     return root
 
 
-def run_lmms(model: _Scripted, setting: str) -> dict[str, Any]:
-    """Run ``chexpercept_<setting>`` through lmms-eval; key_id -> its logged sample."""
+def run_lmms(model: _Scripted, setting: str, samples_dir: Path | None = None):
+    """Run ``chexpercept_<setting>`` through lmms-eval; key_id -> its logged sample, results.
+
+    With ``samples_dir`` the samples file is written there as ``lmms-eval --log_samples
+    --output_path`` writes it (lmms-eval's ``EvaluationTracker``).
+    """
+    task = f"chexpercept_{setting}"
     manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    out = simple_evaluate(model=model, tasks=[f"chexpercept_{setting}"], task_manager=manager,
-                          bootstrap_iters=0, log_samples=True, batch_size=1)
-    samples = out["samples"][f"chexpercept_{setting}"]
-    return {s["doc"]["key_id"]: s for s in samples}, out["results"][f"chexpercept_{setting}"]
+    tracker = None if samples_dir is None else EvaluationTracker(output_path=str(samples_dir))
+    out = simple_evaluate(model=model, tasks=[task], task_manager=manager, bootstrap_iters=0,
+                          log_samples=True, batch_size=1, evaluation_tracker=tracker)
+    logged = out.pop("samples")
+    samples = {s["doc"]["key_id"]: s for s in copy.deepcopy(logged[task])}
+    if tracker is not None:  # as lmms-eval's CLI saves them
+        tracker.save_results_aggregated(results=out, samples=logged,
+                                        datetime_str="2026-12-03T10-00-00")
+        tracker.save_results_samples(task_name=task, samples=logged[task])
+    return samples, out["results"][task]
 
 
 def run_stage03(root: Path, run_dir: Path, setting: str, overrides=None):
@@ -255,3 +270,43 @@ def test_missing_benchmark_dir_names_the_variable(monkeypatch):
 def test_bad_oracle_setting_is_refused():
     with pytest.raises(ConfigError, match="oracle_setting"):
         lmms_eval_task.oracle_setting({"oracle_setting": "oracle"})
+
+
+def _without_usage(results: dict[str, Any]) -> dict[str, Any]:
+    return {k: {f: v for f, v in r.items() if f != "token_usage"} for k, r in results.items()}
+
+
+@pytest.mark.parametrize("setting", ["none", "implicit"])
+def test_samples_file_converts_to_stage03_run(bench, tmp_path, setting):
+    """lmms-eval's samples file -> a Stage 03 run folder equal to 00_eval.py's (usage aside)."""
+    run_lmms(ScriptedChat(), setting, samples_dir=tmp_path / "lmms_out")
+    (samples_file,) = (tmp_path / "lmms_out").rglob(f"*_samples_chexpercept_{setting}.jsonl")
+    code = import_lmms(["--samples", str(samples_file), "--model", "qwen/vl",
+                        "--output-path", str(tmp_path / "runs"), "--no-progress"])
+    assert code == 0
+    converted = json.loads(all_results_path(
+        tmp_path / "runs" / "lmms_qwen--vl" / f"oracle_{setting}").read_text(encoding="utf-8"))
+    expected, _ = run_stage03(bench, tmp_path / "run", setting)
+    assert _without_usage(converted) == _without_usage(expected)
+
+
+def test_samples_file_with_an_empty_round_converts_to_an_unfinished_case(bench, tmp_path):
+    key_id = "effusion_s50000002_positive_0"
+    model = ScriptedChat({request_id(key_id, "contour_evaluation_qa"): ""})
+    run_lmms(model, "implicit", samples_dir=tmp_path / "lmms_out")
+    (samples_file,) = (tmp_path / "lmms_out").rglob("*_samples_chexpercept_implicit.jsonl")
+    code = import_lmms(["--samples", str(samples_file), "--model", "m",
+                        "--output-path", str(tmp_path / "runs"), "--no-progress"])
+    assert code == 3
+    results = json.loads(all_results_path(tmp_path / "runs" / "lmms_m" / "oracle_implicit")
+                         .read_text(encoding="utf-8"))
+    assert results[key_id]["unfinished"]["next_turn"] == "contour_evaluation_qa"
+    assert "empty reply" in results[key_id]["unfinished"]["reason"]
+    assert sum("unfinished" in r for r in results.values()) == 1
+
+
+def test_converter_refuses_a_file_of_another_task(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps({"doc_id": 0, "exact_match": 1.0}) + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match="chexpercept_case"):
+        read_lmms_samples(path)

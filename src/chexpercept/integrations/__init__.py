@@ -5,6 +5,8 @@
 - :mod:`chexpercept.integrations.inspect_log`: an inspect eval log -> a Stage 03 run folder.
 - :mod:`chexpercept.integrations.lmms_eval_task`: the functions of the lmms-eval tasks in
   ``lmms_eval_tasks/chexpercept/`` (extra ``[lmms]``; it imports no lmms-eval itself).
+- :mod:`chexpercept.integrations.lmms_eval_samples`: an lmms-eval samples file of those tasks
+  -> a Stage 03 run folder.
 
 Nothing is imported here, so ``import chexpercept.integrations`` needs no harness installed.
 """

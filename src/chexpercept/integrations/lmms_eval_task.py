@@ -312,7 +312,8 @@ def score_case(case: EvalCase, setting: str, outputs: Sequence[Any]) -> dict[str
         ``key_id``, ``qa_path``, ``finished`` (every turn answered), ``stages`` (the
         :data:`STAGE_METRICS` section -> all-or-nothing correctness, for the stages its path
         asks; empty for an unfinished case) and ``turns`` (turn name -> ``raw``, ``parsed``,
-        ``status``, ``correct`` for each answered turn).
+        ``status``, ``correct`` and ``user_text``, the turn's text as Stage 03 sends it, for
+        each answered turn, in turn order).
     """
     replies, stopped = replies_of(case, outputs)
     dialogue = replay_case(case, setting, replies)
@@ -324,8 +325,10 @@ def score_case(case: EvalCase, setting: str, outputs: Sequence[Any]) -> dict[str
         if outcome is None:
             continue
         by_section.setdefault(turn.spec.section, []).append(outcome.correct)
+        user_text = dialogue.history[dialogue.history_idx[turn.spec.name]][0]
         turns[turn.spec.name] = {"raw": outcome.raw, "parsed": outcome.parsed.text,
-                                 "status": outcome.parsed.status, "correct": outcome.correct}
+                                 "status": outcome.parsed.status, "correct": outcome.correct,
+                                 "user_text": user_text}
     stages = ({s: stage_correct(v) for s, v in by_section.items()} if finished else {})
     return {"key_id": case.key_id, "qa_path": case.qa_path, "oracle_setting": setting,
             "finished": finished, "stages": stages, "turns": turns}
@@ -346,9 +349,11 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any], *,
     Returns:
         Each :data:`STAGE_METRICS` name -> 1.0 / 0.0, or None where the case's path does not
         ask the stage or the case is unfinished; ``unfinished`` -> 1 or 0; ``chexpercept_case``
-        -> :func:`score_case`'s dict (logged with the samples).
+        -> :func:`score_case`'s dict plus ``benchmark_dir`` (logged with the samples, read by
+        :mod:`chexpercept.integrations.lmms_eval_samples`).
     """
-    scored = score_case(_case(doc), setting, _rounds(results))
+    scored = {**score_case(_case(doc), setting, _rounds(results)),
+              "benchmark_dir": str(doc["benchmark_dir"])}
     out: dict[str, Any] = {}
     for metric, section in STAGE_METRICS.items():
         value = scored["stages"].get(section)
