@@ -47,6 +47,11 @@ def test_error_class_filter_shows_only_the_cases_with_that_error(viewer_runs, op
         assert _shown(page) == want, cls
     page.page.select_option("#f-error", value=str(list(ERROR_CLASSES).index("laterality_swap")))
     assert RR_CASE in _shown(page)
+    page.page.click(f"#cases-body tr[data-key='{RR_CASE}']")
+    page.page.wait_for_selector(".turn")
+    assert "error classes: laterality swap" in page.page.inner_text(".case-summary .error-classes")
+    page.page.keyboard.press("Escape")
+    page.page.wait_for_selector("#cases-body tr[data-key]")
     page.page.click("#f-reset")
     assert _shown(page) == list(results)
 

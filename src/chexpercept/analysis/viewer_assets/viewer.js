@@ -312,6 +312,13 @@
     return list.map((v) => (opts[String(v)] ? v + " (" + opts[String(v)] + ")" : String(v))).join(", ");
   }
 
+  // The error classes (docs/metrics.md, "Error anatomy") run r made on case i, or "".
+  function errorClassText(r, i) {
+    const bits = (res(r).errors || [])[i] || 0;
+    const names = (IDX.error_classes || []).filter((_, j) => bits & (1 << j));
+    return names.length ? "error classes: " + names.map((c) => c.replace(/_/g, " ")).join(", ") : "";
+  }
+
   // An unfinished case's reason as a sentence (the all_results.json marker: next_turn,
   // turns_answered, reason; docs/engines.md, "Faults").
   function unfinishedText(u) {
@@ -396,6 +403,7 @@
         el("div", { class: "col-head" }, (r === state.a ? "A: " : "B: ") + IDX.runs[r].label),
         el("div", {}, stages + (c === null ? "" : "; depth " + res(r).depth[i])),
         d && d.unfinished ? el("div", { class: "rq unfinished" }, unfinishedText(d.unfinished)) : null,
+        errorClassText(r, i) ? el("div", { class: "error-classes" }, errorClassText(r, i)) : null,
         el("div", { class: "msg system" }, el("span", { class: "role" }, "System prompt"),
           IDX.runs[r].system_prompt || "(text not recorded; sha256 " +
             String((IDX.runs[r].manifest || {}).system_prompt_sha256 || "n/a") + ")"));
