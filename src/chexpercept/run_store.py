@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that must match for a run to be resumed (or parts to be merged).
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
-                   "sharding")
+                   "sharding", "option_probs")
 #: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
 SELECTION_FIELD = "selection"
 #: fsync ``records.jsonl`` after this many appended records ...

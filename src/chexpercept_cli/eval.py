@@ -65,6 +65,7 @@ from utils.llm.registry import (
     provider_listing,
     provider_options,
     providers_of_kind,
+    providers_with_logprobs,
 )
 from utils.ray_pool import require_ray
 
@@ -271,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
                         default=DEFAULT_MAX_CONSECUTIVE_FAULTS,
                         help="Stop the run after N requests in a row got no answer (the server "
                              "or the network is down); 0 never stops (default: %(default)s).")
+    parser.add_argument("--option-probs", "--option_probs", dest="option_probs",
+                        action="store_true",
+                        help="Record each answered turn's option probabilities from the "
+                             "provider's token log-probabilities (providers that can return "
+                             "them: " + ", ".join(providers_with_logprobs()) + "); Stage 04 "
+                             "then reports AUROC for detection and contour evaluation "
+                             "(docs/metrics.md, 'Option probabilities and AUROC'). Part of the "
+                             "run's identity (default: off).")
     _add_provider_args(parser)
     add_ray_replica_args(parser)
     add_common_args(parser, seed=True, parts=True)
@@ -332,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         **selection, save_every=args.save_every, overwrite=args.overwrite,
         concurrency=args.concurrency,
         max_consecutive_faults=args.max_consecutive_faults,
-        give_up_unanswered=args.give_up_unanswered, progress=progress, on_run_dir=start_log,
+        give_up_unanswered=args.give_up_unanswered, option_probs=args.option_probs,
+        progress=progress, on_run_dir=start_log,
         ray=ray,
         provider_options=options)
     logger.info("%s", summary.line())

@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from chexpercept.analysis.confidence import (
+from chexpercept.analysis.confidence import auroc_delong
+from chexpercept.errors import ChexperceptError
+from chexpercept.evaluation.option_probs import (
     answer_position_top_logprobs,
-    auroc_delong,
     option_probs_from_top_logprobs,
 )
-from chexpercept.errors import ChexperceptError
 
 
 def test_option_probs_renormalise_and_merge_whitespace():

@@ -360,3 +360,38 @@ def test_an_engine_that_cannot_start_stops_before_the_run_folder_and_the_fix_run
     recs = eh.records(summary.run_dir)
     assert summary.unfinished_message() is None and recs
     assert {r["completion_status"] for r in recs} <= {"ok", "truncated"}
+
+
+def test_option_probs_read_the_engines_logprobs(world):
+    """``--option-probs`` on the real engine: ``SamplingParams(logprobs=k)`` and vLLM's
+    ``CompletionOutput.logprobs`` read into each turn's top-k (docs/metrics.md, "Option
+    probabilities and AUROC"). The module's engine is reused with the option switched on."""
+    import dataclasses
+
+    from chexpercept.evaluation.option_probs import OPTION_PROBS_STATUSES
+
+    model = world["model"]
+    saved = model.config, model._sampling
+    try:
+        model.config = dataclasses.replace(model.config, top_logprobs=5)
+        model._sampling = model._sampling_params()
+        assert model._sampling.logprobs == 5
+        request = TurnRequest((Message("system", "Answer with a number."),
+                               Message("user", "Is 1 + 1 = 2? (1) Yes (2) No")), request_id="q")
+        (completion,) = model.generate([request])
+        steps = completion.top_logprobs
+        assert steps is not None and len(steps) == completion.usage.output_tokens
+        for token, top in steps:
+            assert token in top and 1 <= len(top) <= 6  # the top 5 and the sampled token
+            assert all(v <= 1e-6 for v in top.values())
+        bundle = load_bundle(world["bench"])
+        cases = validate_bundle(bundle)
+        settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="implicit",
+                                option_probs=True)
+        run_dir = world["root"] / "runs" / "option_probs"
+        run_evaluation(bundle, cases, model, settings, run_dir, overwrite=True)
+        recs = eh.records(run_dir)
+        statuses = Counter(r["option_probs"]["status"] for r in recs)
+        assert set(statuses) <= set(OPTION_PROBS_STATUSES) and not statuses["missing"]
+    finally:
+        model.config, model._sampling = saved

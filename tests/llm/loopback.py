@@ -20,7 +20,11 @@ answered with (``t_answered``: when the reply was decided, ``time.monotonic()``)
 Action keys: ``status`` (HTTP status; a JSON error body is sent), ``headers`` (extra response
 headers), ``error_code`` (``error.code`` of the body), ``error_message`` (its
 ``error.message``), ``body`` (a 200 answer with exactly this JSON), ``delay_s`` (sleep first),
-``content`` (answer text; None for a null content), ``finish_reason``, ``refusal``.
+``content`` (answer text; None for a null content), ``finish_reason``, ``refusal``,
+``logprobs`` (the choice's ``logprobs.content`` list as sent; None: no ``logprobs`` key).
+
+A request with ``"logprobs": true`` gets ``choices[0].logprobs.content`` from ``logprobs(body,
+text)`` (default :func:`default_logprobs`), in OpenAI's shape (vLLM's server sends the same).
 
 Run as a script for a separate-process server (benchmarks)::
 
@@ -119,6 +123,38 @@ def default_answer(body: dict[str, Any]) -> str:
     return "Answer: 1"
 
 
+def default_logprobs(body: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """OpenAI-shaped ``logprobs.content`` for ``text``: one entry per word, space or digit.
+
+    A digit token's probability is ``0.55 + 0.4 * u`` with ``u`` in [0, 1) from the CRC-32 of
+    the last user message (so requests differ, reproducibly); the other digits 1..4 share the
+    rest but 5 %, which goes to a non-number token ``"The"``. Up to ``top_logprobs`` candidates.
+    """
+    import math
+    import re
+    import zlib
+
+    last = next((m for m in reversed(body.get("messages") or []) if m.get("role") == "user"),
+                {})
+    content = last.get("content")
+    words = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    u = (zlib.crc32(words.encode("utf-8")) % 1000) / 1000
+    k = int(body.get("top_logprobs") or 1)
+    out = []
+    for token in re.findall(r"\s*(?:\d|[^\d\s]+)|\s+", text):
+        if token.strip().isdigit():
+            p = 0.55 + 0.4 * u
+            others = [d for d in "1234" if d != token.strip()]
+            top = [(token, p), *((d, (0.95 - p) / len(others)) for d in others), ("The", 0.05)]
+        else:
+            top = [(token, 0.99)]
+        out.append({"token": token, "logprob": math.log(top[0][1]),
+                    "bytes": list(token.encode("utf-8")),
+                    "top_logprobs": [{"token": t, "logprob": math.log(q),
+                                      "bytes": list(t.encode("utf-8"))} for t, q in top[:k]]})
+    return out
+
+
 class LoopbackServer:
     """The server; use as a context manager or call :meth:`start`/:meth:`stop`.
 
@@ -142,6 +178,8 @@ class LoopbackServer:
             quota. An attribute: set it to None to answer again.
         metrics: Text of ``GET /metrics`` (:func:`vllm_metrics`); None answers it 404, as a
             server without metrics does. An attribute.
+        logprobs: ``logprobs.content`` of an answer to a request that asks for log-probabilities
+            (:func:`default_logprobs`).
     """
 
     def __init__(self, *, latency_s: float = 0.0, jitter_s: float = 0.0,
@@ -150,7 +188,10 @@ class LoopbackServer:
                  keep_bodies: bool = True, models: list[str] | None = None,
                  max_model_len: int = 32768, port: int = 0,
                  respond: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-                 quota_after: int | None = None, metrics: str | None = None) -> None:
+                 quota_after: int | None = None, metrics: str | None = None,
+                 logprobs: Callable[[dict[str, Any], str], list[dict[str, Any]]] =
+                 default_logprobs) -> None:
+        self.logprobs = logprobs
         self.models = models
         self.metrics = metrics
         #: ``GET /metrics`` requests seen.
@@ -278,9 +319,20 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def _logprobs_of(server: LoopbackServer, action: dict[str, Any], body: dict[str, Any] | None,
+                 text: str | None) -> list[dict[str, Any]] | None:
+    """The answer's ``logprobs.content``: the action's, else the server's when asked for."""
+    if "logprobs" in action:
+        return action["logprobs"]
+    if body and body.get("logprobs") and text is not None:
+        return server.logprobs(body, text)
+    return None
+
+
 def _completion_body(model: str, text: str | None, finish: str, refusal: str | None,
-                     prompt_tokens: int) -> dict[str, Any]:
-    return {
+                     prompt_tokens: int, logprobs: list[dict[str, Any]] | None = None
+                     ) -> dict[str, Any]:
+    body = {
         "id": "chatcmpl-loopback", "object": "chat.completion", "created": int(time.time()),
         "model": model, "system_fingerprint": "fp_loopback",
         "choices": [{"index": 0, "finish_reason": finish,
@@ -290,6 +342,9 @@ def _completion_body(model: str, text: str | None, finish: str, refusal: str | N
                   "prompt_tokens_details": {"cached_tokens": prompt_tokens // 2},
                   "completion_tokens_details": {"reasoning_tokens": 3}},
     }
+    if logprobs is not None:
+        body["choices"][0]["logprobs"] = {"content": logprobs}
+    return body
 
 
 def _metrics_reply(server: LoopbackServer) -> tuple[int, str]:
@@ -398,7 +453,8 @@ class _AsyncHandler(asyncio.Protocol):
         text = action["content"] if "content" in action else server.answer(body or {})
         self._send(200, _completion_body(
             (body or {}).get("model", "loopback"), text, action.get("finish_reason", "stop"),
-            action.get("refusal"), raw_length // 4), action.get("headers"), close)
+            action.get("refusal"), raw_length // 4, _logprobs_of(server, action, body, text)),
+            action.get("headers"), close)
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None,
               close: bool) -> None:
@@ -517,7 +573,8 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 prompt_tokens = len(raw) // 4
                 self._send(200, _completion_body(
                     (body or {}).get("model", "loopback"), text,
-                    action.get("finish_reason", "stop"), action.get("refusal"), prompt_tokens),
+                    action.get("finish_reason", "stop"), action.get("refusal"), prompt_tokens,
+                    _logprobs_of(server, action, body, text)),
                     action.get("headers"))
             finally:
                 if counted:

@@ -4,7 +4,8 @@
 with vLLM's ``EngineArgs``) and checks what vLLM checks before scheduling: the image count
 against ``limit_mm_per_prompt`` and the prompt length against ``max_model_len`` (ValueError for
 the whole call). ``LLM.chat`` keeps every call and answers each conversation with
-``responder(conversation) -> (text, finish_reason)``.
+``responder(conversation) -> (text, finish_reason)``; with ``SamplingParams(logprobs=k)`` each
+output carries vLLM's per-token ``logprobs`` (:func:`sample_logprobs`).
 
 After it starts, ``LLM.llm_engine.vllm_config.cache_config`` holds the KV cache as vLLM's
 does: ``num_gpu_blocks`` (``num_gpu_blocks_override``, else :data:`DEFAULT_BLOCKS`, where vLLM
@@ -50,6 +51,44 @@ class SamplingParams:
     stop: list[str] | None = None
     max_tokens: int | None = 16
     min_tokens: int = 0
+    logprobs: int | None = None
+
+
+@dataclass
+class Logprob:
+    """``vllm.logprobs.Logprob``: one candidate token's log-probability."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+def sample_logprobs(text: str, k: int) -> tuple[list[int], list[dict[int, Logprob]]]:
+    """``(token_ids, logprobs)`` as vLLM gives them with ``SamplingParams(logprobs=k)``.
+
+    ``text`` is cut into words, spaces and single digits (a space joins the token after it);
+    each token's id is its UTF-8 bytes read as an integer. A digit token has probability 0.7,
+    the other digits 1..4 share 0.25 and a non-number token ``"The"`` 0.05; any other token
+    0.99. Each step holds the top ``k`` candidates plus the sampled token, as vLLM's does.
+    """
+    import math
+    import re
+
+    ids, steps = [], []
+    for token in re.findall(r"\s*(?:\d|[^\d\s]+)|\s+", text):
+        if token.strip().isdigit():
+            others = [d for d in "1234" if d != token.strip()]
+            cands = [(token, 0.7), *((d, 0.25 / len(others)) for d in others), ("The", 0.05)]
+        else:
+            cands = [(token, 0.99)]
+        step = {}
+        for rank, (t, p) in enumerate(cands[:k], 1):
+            step[int.from_bytes(t.encode("utf-8"), "big")] = Logprob(math.log(p), rank, t)
+        chosen = int.from_bytes(token.encode("utf-8"), "big")
+        step.setdefault(chosen, Logprob(math.log(cands[0][1]), 1, token))
+        ids.append(chosen)
+        steps.append(step)
+    return ids, steps
 
 
 @dataclass
@@ -216,11 +255,13 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
             for i, conversation in enumerate(conversations):
                 text, finish = respond(conversation)
                 n_prompt = prompt_length(conversation)
+                token_ids, logprobs = list(range(max(1, len(text) // 4))), None
+                if sampling_params is not None and sampling_params.logprobs is not None:
+                    token_ids, logprobs = sample_logprobs(text, sampling_params.logprobs)
                 outputs.append(RequestOutput(
                     request_id=str(i), prompt=None, prompt_token_ids=list(range(n_prompt)),
-                    outputs=[CompletionOutput(index=0, text=text,
-                                              token_ids=list(range(max(1, len(text) // 4))),
-                                              finish_reason=finish)],
+                    outputs=[CompletionOutput(index=0, text=text, token_ids=token_ids,
+                                              logprobs=logprobs, finish_reason=finish)],
                     num_cached_tokens=n_prompt // 2))
             return outputs
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,31 @@ Role = Literal["system", "user", "assistant"]
 
 #: Completion statuses of an answer, and the no-answer status of a fault (``utils.status``).
 FAULT = Status.FAULT
+
+#: One generated token and the provider's top-k alternatives at its position:
+#: ``(token text, {candidate token text: natural-log probability})``.
+TokenTopLogprobs = tuple[str, dict[str, float]]
+
+
+def add_logprob(top: dict[str, float], token: str, logprob: float) -> None:
+    """Add a candidate to a top-k map, summing the probability of a text seen before.
+
+    Two token ids can decode to the same text; their masses add (``log(exp(a) + exp(b))``).
+    A non-finite log-probability (``-inf``: probability 0) adds nothing.
+
+    Args:
+        top: Candidate text -> natural-log probability, updated in place.
+        token: The candidate's text.
+        logprob: Its natural-log probability (<= 0).
+    """
+    if not math.isfinite(logprob):
+        return
+    old = top.get(token)
+    if old is None:
+        top[token] = logprob
+    else:
+        high, low = max(old, logprob), min(old, logprob)
+        top[token] = high + math.log1p(math.exp(low - high))
 
 
 @dataclass(frozen=True)
@@ -108,6 +134,11 @@ class Completion:
         attempts: HTTP attempts made for this completion (API providers; 1 = no retry).
         response_model: Model version the provider reported (OpenAI ``model``, Gemini
             ``model_version``), or None.
+        top_logprobs: With ``top_logprobs`` requested (a provider that declares
+            :attr:`ChatModel.supports_logprobs`): one :data:`TokenTopLogprobs` per generated
+            token, in order; None when none were requested or none came back (Stage 03 then
+            records the turn's option probabilities as missing, never as zeros;
+            docs/metrics.md, "Option probabilities and AUROC").
     """
 
     text: str
@@ -118,6 +149,7 @@ class Completion:
     error: str | None = None
     attempts: int = 1
     response_model: str | None = None
+    top_logprobs: list[TokenTopLogprobs] | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +240,12 @@ class ChatModel(abc.ABC):
     #: offline engine; plugins by default); ``"baseline"`` answers without a model (no tokens,
     #: no cost, no ``--max-new-tokens``).
     kind: ClassVar[str] = "engine"
+
+    #: True when the provider can return the top-k log-probabilities of each generated token
+    #: (:attr:`Completion.top_logprobs`): its config then has a ``top_logprobs`` option (k), which
+    #: Stage 03's ``--option-probs`` sets. A provider without it is refused ``--option-probs``
+    #: (docs/metrics.md, "Option probabilities and AUROC").
+    supports_logprobs: ClassVar[bool] = False
 
     #: One line for ``--provider``'s help (``registry.provider_listing``).
     description: ClassVar[str] = ""

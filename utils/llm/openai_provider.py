@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from utils.deps import require
-from utils.errors import ProviderError
+from utils.errors import ConfigError, ProviderError
 from utils.llm._api import (
     IMAGES_PER_SLOT,
     ApiChatModel,
@@ -38,7 +38,14 @@ from utils.llm._api import (
     MalformedResponse,
     answer_completion,
 )
-from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
+from utils.llm.base import (
+    Completion,
+    PromptLimits,
+    TokenTopLogprobs,
+    TurnRequest,
+    Usage,
+    add_logprob,
+)
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after
 from utils.llm.settings import REASONING_EFFORTS as REASONING_EFFORTS
@@ -234,6 +241,7 @@ class OpenAIChatModel(ApiChatModel):
     description = ("OpenAI, or any OpenAI-compatible server such as vLLM or SGLang with "
                    "--base-url")
     config_class = OpenAIConfig
+    supports_logprobs = True
     _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
     _section = "openai"
 
@@ -254,6 +262,10 @@ class OpenAIChatModel(ApiChatModel):
         self.server_label = hide_credentials(self.base_url) if self.base_url else \
             "api.openai.com"
         self.reasoning = is_reasoning_model(model)
+        if self.reasoning and config.top_logprobs is not None:
+            raise ConfigError(f"--option-probs: {model} is an OpenAI reasoning model, which "
+                              f"returns no token log-probabilities (docs/metrics.md, 'Option "
+                              f"probabilities and AUROC'); use a non-reasoning model")
         self.reasoning_effort = config.reasoning_effort or (
             no_thinking_effort(model) if config.no_thinking else DEFAULT_REASONING_EFFORT)
         self.no_thinking = config.no_thinking
@@ -320,6 +332,8 @@ class OpenAIChatModel(ApiChatModel):
                       "seed": self.seed}
             if self.no_thinking:
                 params["chat_template_kwargs"] = {"enable_thinking": False}
+            if self.config.top_logprobs is not None:  # --option-probs
+                params.update(logprobs=True, top_logprobs=self.config.top_logprobs)
         extra = dict(self.extra_body)
         if isinstance(extra.get("chat_template_kwargs"), Mapping) and \
                 "chat_template_kwargs" in params:  # --no-thinking's switch stays in
@@ -450,8 +464,11 @@ class OpenAIChatModel(ApiChatModel):
         if finish == "content_filter":  # the provider's filter, not the model's refusal
             return Completion(text, status="blocked", finish_reason=finish, usage=usage,
                               response_model=model)
-        return answer_completion(text, finish, usage=usage, model=model,
-                                 cut_off=finish == "length")
+        completion = answer_completion(text, finish, usage=usage, model=model,
+                                       cut_off=finish == "length")
+        if self.config.top_logprobs is not None:
+            completion.top_logprobs = chat_top_logprobs(choice.get("logprobs"))
+        return completion
 
     def _classify(self, exc: BaseException) -> Failure | None:
         openai = self._openai
@@ -741,6 +758,41 @@ def _count(block: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return 0
     return max(int(value), 0)
+
+
+def chat_top_logprobs(block: Any) -> list[TokenTopLogprobs] | None:
+    """A choice's ``logprobs`` JSON -> one ``(token, {candidate: logprob})`` per generated token.
+
+    Reads ``logprobs.content[*]``: each entry's ``token`` and its ``top_logprobs`` list of
+    ``{"token", "logprob"}`` (OpenAI's Chat Completions shape, which vLLM's and SGLang's
+    OpenAI-compatible servers return too). Candidates whose text repeats (two token ids that
+    decode alike) are summed in probability.
+
+    Args:
+        block: ``choices[0].logprobs`` as parsed JSON (may be None or malformed).
+
+    Returns:
+        The tokens in order, or None when the block is missing, empty or malformed (a
+        provider that should have sent it did not: Stage 03 records the turn's option
+        probabilities as missing, never as zeros).
+    """
+    content = block.get("content") if isinstance(block, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    steps: list[TokenTopLogprobs] = []
+    for entry in content:
+        if not isinstance(entry, dict) or not isinstance(entry.get("token"), str) or \
+                not isinstance(entry.get("top_logprobs"), list):
+            return None
+        top: dict[str, float] = {}
+        for cand in entry["top_logprobs"]:
+            value = cand.get("logprob") if isinstance(cand, dict) else None
+            if not isinstance(cand, dict) or not isinstance(cand.get("token"), str) or \
+                    isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            add_logprob(top, cand["token"], float(value))
+        steps.append((entry["token"], top))
+    return steps
 
 
 def _usage(usage: Any) -> Usage:

@@ -323,6 +323,12 @@ def flag_options(provider: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
+def providers_with_logprobs() -> list[str]:
+    """The registered providers that return token log-probabilities (``supports_logprobs``)."""
+    return [name for name in available_providers()
+            if provider_class(name).supports_logprobs]
+
+
 def providers_of_kind(kind: str) -> list[str]:
     """The registered providers of one kind (``ChatModel.kind``: api, engine, baseline)."""
     return [name for name in available_providers() if provider_class(name).kind == kind]

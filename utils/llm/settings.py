@@ -67,6 +67,9 @@ RESERVED_BODY_FIELDS = {
     "max_tokens": "--max-new-tokens", "max_completion_tokens": "--max-new-tokens",
     "reasoning_effort": "--reasoning-effort",
 }
+#: Most top log-probabilities per token a provider may be asked for (``top_logprobs``): OpenAI's
+#: Chat Completions limit (0-20), also vLLM's default ``max_logprobs``.
+MAX_TOP_LOGPROBS = 20
 #: Deepest nesting of an ``--extra-body`` object.
 MAX_BODY_DEPTH = 16
 
@@ -87,6 +90,18 @@ def integer(low: int | None = None, *, optional: bool = False) -> Check:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
                 (low is not None and value < low):
             return f"must be an integer{f' >= {low}' if low is not None else ''}, {_got(value)}"
+        return None
+    return check
+
+
+def top_k() -> Check:
+    """A check: None, or a whole number in [1, :data:`MAX_TOP_LOGPROBS`] (``top_logprobs``)."""
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
+                not 1 <= value <= MAX_TOP_LOGPROBS:
+            return f"must be an integer from 1 to {MAX_TOP_LOGPROBS}, {_got(value)}"
         return None
     return check
 
@@ -420,6 +435,10 @@ class OpenAIConfig(ApiConfig):
     ``chat_template_kwargs.enable_thinking=false`` (vLLM, SGLang)."""
     image_detail: str | None = option(None, text())
     """``detail`` of image parts (``low``, ``high``, ``auto``); None: not sent."""
+    top_logprobs: int | None = option(None, top_k())
+    """Ask for the top-k log-probabilities of each generated token (``logprobs=true``,
+    ``top_logprobs=k``; set by Stage 03's ``--option-probs``); None: not asked. Reasoning
+    models return none and refuse it."""
 
     def _normalise(self) -> None:
         self._set("base_url", check_base_url(self.base_url))
@@ -546,6 +565,9 @@ class VLLMConfig(ProviderConfig):
     left allows (benchmarks of a small cache); None: vLLM's own count."""
     engine_kwargs: dict[str, Any] | None = option(None, mapping())
     """Further ``vllm.LLM`` keyword arguments, applied last (e.g. ``{"dtype": "float32"}``)."""
+    top_logprobs: int | None = option(None, top_k())
+    """``SamplingParams(logprobs=k)``: the top-k log-probabilities of each generated token (set
+    by Stage 03's ``--option-probs``); None: not asked."""
     engine: str = option("batched", one_of(ENGINE_MODES), "--vllm-engine")
     """``batched``: one ``LLM.chat`` per step of the sync runner's window of dialogues;
     ``async``: ``AsyncLLM`` under the async runner, no turn barrier. Both keep the dialogues in

@@ -53,7 +53,16 @@ from utils.llm._engine_start import (
     start_error,
 )
 from utils.llm._images import image_data_url
-from utils.llm.base import ChatModel, Completion, KVCache, PromptLimits, TurnRequest, Usage
+from utils.llm.base import (
+    ChatModel,
+    Completion,
+    KVCache,
+    PromptLimits,
+    TokenTopLogprobs,
+    TurnRequest,
+    Usage,
+    add_logprob,
+)
 from utils.llm.chat_format import (
     ChatFormat,
     apply_chat_format,
@@ -205,6 +214,44 @@ def default_tensor_parallel_size(visible: int, gpu_num: int | None) -> int:
     return max(d for d in range(1, min(visible, gpu_num) + 1) if gpu_num % d == 0)
 
 
+def sample_top_logprobs(output: Any) -> list[TokenTopLogprobs] | None:
+    """A ``CompletionOutput``'s log-probabilities -> one ``(token, {candidate: logprob})`` each.
+
+    vLLM (0.33; ``SamplingParams(logprobs=k)``) gives ``output.logprobs``: per generated token a
+    mapping token id -> ``Logprob`` (``.logprob``, ``.rank``, ``.decoded_token``) holding the
+    top k and the sampled token; ``output.token_ids`` are the sampled ids. Candidates that
+    decode to the same text are summed in probability.
+
+    Args:
+        output: A ``vllm.outputs.CompletionOutput`` (or any object of that shape).
+
+    Returns:
+        The tokens in order, or None when the log-probabilities are missing, do not match the
+        generated tokens, or are not decoded (then Stage 03 records the option probabilities
+        as missing, never as zeros).
+    """
+    steps_in = getattr(output, "logprobs", None)
+    token_ids = list(getattr(output, "token_ids", None) or ())
+    if not steps_in or len(steps_in) != len(token_ids):
+        return None
+    steps: list[TokenTopLogprobs] = []
+    for token_id, candidates in zip(token_ids, steps_in, strict=True):
+        if not isinstance(candidates, Mapping) or token_id not in candidates:
+            return None
+        chosen = getattr(candidates[token_id], "decoded_token", None)
+        if not isinstance(chosen, str):
+            return None
+        top: dict[str, float] = {}
+        for cand in candidates.values():
+            text = getattr(cand, "decoded_token", None)
+            value = getattr(cand, "logprob", None)
+            if not isinstance(text, str) or not isinstance(value, (int, float)):
+                return None
+            add_logprob(top, text, float(value))
+        steps.append((chosen, top))
+    return steps
+
+
 def _error(message: str) -> Completion:
     return Completion(text="", status="error", error=message)
 
@@ -251,6 +298,7 @@ class VLLMChatModel(ChatModel):
     provider = "opensource"
     description = "vLLM offline engine, GPU or vLLM's CPU build"
     config_class = VLLMConfig
+    supports_logprobs = True
 
     @classmethod
     def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
@@ -397,10 +445,19 @@ class VLLMChatModel(ChatModel):
             except Exception as exc:  # noqa: BLE001 - every start failure stops the run
                 raise self._start_failed(exc) from exc
             self._llm = llm
-            self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
-                                                       max_tokens=self.max_tokens,
-                                                       seed=self.seed)
+            self._sampling = self._sampling_params()
         return self._llm
+
+    def _sampling_params(self) -> Any:
+        """Greedy ``SamplingParams`` (docs/engines.md, "Decoding"), plus ``logprobs=k``.
+
+        ``logprobs=k`` only with ``top_logprobs`` k (``--option-probs``): vLLM then returns, per
+        generated token, the top k and the sampled one.
+        """
+        return self._vllm.SamplingParams(
+            temperature=0.0, top_p=1.0, max_tokens=self.max_tokens, seed=self.seed,
+            **({"logprobs": self.config.top_logprobs}
+               if self.config.top_logprobs is not None else {}))
 
     def kv_cache(self) -> KVCache | None:
         """The started engine's KV cache: vLLM's ``cache_config`` after the engine loaded.
@@ -584,11 +641,12 @@ class VLLMChatModel(ChatModel):
             return tuple(found)
         return (*found, VLLMClientError)
 
-    @staticmethod
-    def _completion(output: Any, latency_s: float) -> Completion:
+    def _completion(self, output: Any, latency_s: float) -> Completion:
         if not getattr(output, "outputs", None):
             return _error("vLLM returned no output for the request")
         first = output.outputs[0]
+        steps = (sample_top_logprobs(first) if self.config.top_logprobs is not None
+                 else None)
         finish = getattr(first, "finish_reason", None)
         status = "truncated" if finish == "length" else "error" if finish == "abort" else "ok"
         usage = Usage(input_tokens=len(getattr(output, "prompt_token_ids", None) or ()),
@@ -596,7 +654,8 @@ class VLLMChatModel(ChatModel):
                       output_tokens=len(getattr(first, "token_ids", None) or ()))
         return Completion(text=first.text or "", status=status, finish_reason=finish,
                           usage=usage, latency_s=latency_s,
-                          error="vLLM aborted the request" if finish == "abort" else None)
+                          error="vLLM aborted the request" if finish == "abort" else None,
+                          top_logprobs=steps)
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """Answer every request with ONE ``LLM.chat`` call (completions in request order).
@@ -643,8 +702,7 @@ class VLLMChatModel(ChatModel):
             raise self._start_failed(exc) from exc
         self.async_load_s = round(time.perf_counter() - started, 2)
         self._async_loop = None
-        self._sampling = self._vllm.SamplingParams(temperature=0.0, top_p=1.0,
-                                                   max_tokens=self.max_tokens, seed=self.seed)
+        self._sampling = self._sampling_params()
         return self._async_llm
 
     def _async_engine(self) -> Any:

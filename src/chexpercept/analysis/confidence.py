@@ -1,88 +1,20 @@
-"""Stage 04: option probabilities from token log-probabilities, and AUROC with a DeLong interval.
+"""Stage 04: AUROC with a DeLong interval (docs/metrics.md, "Option probabilities and AUROC").
 
-Pure functions that the option-probability feature (issue 23, item 3) builds on
-(docs/metrics.md, "Option probabilities and AUROC"):
-
-- :func:`answer_position_top_logprobs` picks the position where the answer number is emitted;
-- :func:`option_probs_from_top_logprobs` turns the top-k log-probabilities at the position where
-  the answer number is emitted into option probabilities;
-- :func:`auroc_delong` computes the AUROC of a score against a binary truth with DeLong's
-  variance (DeLong, DeLong & Clarke-Pearson 1988, Biometrics 44:837) and a logit-scale normal
-  interval.
-
-Neither is wired into Stage 03 or the Stage 04 tables yet.
+:func:`auroc_delong` computes the AUROC of a score against a binary truth with DeLong's
+variance (DeLong, DeLong & Clarke-Pearson 1988, Biometrics 44:837) and a logit-scale normal
+interval. The scores are the option probabilities Stage 03 recorded with ``--option-probs``
+(computed there: ``chexpercept.evaluation.option_probs``); ``analysis.auroc`` builds the table.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import norm
 
 from chexpercept.errors import ChexperceptError
-
-
-def answer_position_top_logprobs(
-    steps: Sequence[tuple[str, Mapping[str, float]]],
-) -> Mapping[str, float] | None:
-    """The top-k log-probabilities at the position where the answer number is emitted.
-
-    Args:
-        steps: the generated tokens in order, each ``(token text, {candidate text: logprob})``
-            (the shape both vLLM's ``CompletionOutput.logprobs`` and the OpenAI ``logprobs.content``
-            reduce to once decoded).
-
-    Returns:
-        The candidate map of the first step whose token text, stripped of whitespace, is a
-        non-empty digit string; None when no generated token is a number (then the answer has
-        no option probabilities, never a guessed one).
-    """
-    for token, top in steps:
-        if token.strip().isdigit():
-            return top
-    return None
-
-
-def option_probs_from_top_logprobs(
-    top_logprobs: Mapping[str, float], n_options: int
-) -> tuple[dict[str, float], float]:
-    """Option probabilities from the top-k log-probabilities of the answer number's token.
-
-    Args:
-        top_logprobs: token text -> natural-log probability, the provider's top-k at the first
-            generated token whose text (stripped of whitespace) is a digit string; tokens that
-            differ only in surrounding whitespace (" 1", "1") are summed.
-        n_options: number of options; option numbers are "1" .. str(n_options).
-
-    Returns:
-        ``(probs, residual)``: ``probs`` maps each option number to its mass renormalised over
-        the options found in the top-k; an option absent from the top-k gets 0.0 (its true mass
-        is at most the smallest listed one, which is not guessed). ``residual`` is the raw mass
-        of the top-k *not* on any option number plus an option-mass bound of 0 — i.e.
-        ``1 - sum(raw option mass)`` — recorded so a reader sees how much was renormalised away.
-
-    Raises:
-        ChexperceptError: ``n_options < 1``, a non-finite or positive log-probability, or no
-            option number among the top-k (then there is no probability to report).
-    """
-    if n_options < 1:
-        raise ChexperceptError(f"n_options must be >= 1, got {n_options}")
-    raw = {str(i): 0.0 for i in range(1, n_options + 1)}
-    for token, logprob in top_logprobs.items():
-        if not math.isfinite(logprob) or logprob > 1e-9:
-            raise ChexperceptError(f"invalid log-probability {logprob!r} for token {token!r}")
-        key = token.strip()
-        if key in raw:
-            raw[key] += math.exp(logprob)
-    total = sum(raw.values())
-    if total <= 0.0:
-        raise ChexperceptError(
-            f"no option number 1..{n_options} among the top log-probabilities "
-            f"{sorted(top_logprobs)}"
-        )
-    return {k: v / total for k, v in raw.items()}, max(0.0, 1.0 - total)
 
 
 def auroc_delong(

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chexpercept.analysis.auroc import AUROC_COLUMNS, OptionScores, auroc_rows, option_scores
 from chexpercept.analysis.bootstrap import LESION_GROUPS, PATH_GROUPS, CellStats, cell_stats
 from chexpercept.analysis.case_table import (
     MAX_DEPTH,
     REVISION_KEYS,
     SUB_KEYS,
     CaseTable,
-    read_case_table,
     results_case_table,
     structural,
 )
@@ -57,6 +57,7 @@ from chexpercept.analysis.release_tables import (
 from chexpercept.analysis.runs import RunRef
 from chexpercept.files import write_csv_atomic
 from chexpercept.lesions import QA_PATHS
+from chexpercept.run_store import RunStore
 from chexpercept.schema import STATUSES, BenchmarkItem
 
 logger = logging.getLogger(__name__)
@@ -71,10 +72,12 @@ ERROR_CONFUSION_CSV = "error_confusion.csv"
 ERROR_CLASSES_CSV = "error_classes.csv"
 OPTION_POSITION_CSV = "option_position_accuracy.csv"
 ALWAYS_K_CSV = "always_k_baselines.csv"
+AUROC_CSV = "auroc.csv"
 #: The new CSVs, in writing order.
 EXTENDED_CSVS: tuple[str, ...] = (STAGE_CI_CSV, LESION_CSV, SUBQUESTION_CSV, FUNNEL_CSV,
                                   STATUS_CSV, DETECTION_CSV, ERROR_CONFUSION_CSV,
-                                  ERROR_CLASSES_CSV, OPTION_POSITION_CSV, ALWAYS_K_CSV)
+                                  ERROR_CLASSES_CSV, OPTION_POSITION_CSV, ALWAYS_K_CSV,
+                                  AUROC_CSV)
 
 #: Identity columns of every new table (runs identified by provider, model and variant).
 ID_COLUMNS: tuple[str, ...] = ("model", "provider", "model_name", "variant")
@@ -105,6 +108,9 @@ class RunAnalysis:
             ``passes.run_pass``), None for chance or when not computed.
         errors: The run's error anatomy (:func:`error_anatomy.analyse_errors`; set by the
             Stage 04 pass, ``passes.run_pass``), None for chance or when not computed.
+        option_scores: P("Yes") of the detection and contour-evaluation answers of a run made
+            with ``--option-probs`` (:func:`auroc.option_scores`); None otherwise and for
+            chance.
     """
 
     run: RunRef | None
@@ -114,6 +120,7 @@ class RunAnalysis:
     unfinished: dict[str, str] = field(default_factory=dict)
     option_order: OptionTables | None = None
     errors: ErrorAnatomy | None = None
+    option_scores: OptionScores | None = None
 
     @property
     def name(self) -> str:
@@ -173,15 +180,17 @@ def analyse_run_file(run: RunRef, *, n_boot: int, seed: int, limit: int | None =
         SchemaError: On invalid JSON, or naming the file and every key_id whose record
             breaks the schema, cannot be scored or has an unknown status.
     """
-    if results is None:
-        table, unfinished = read_case_table(run.run_dir, run.name, limit=limit,
-                                            key_pool=key_pool)
-    else:
-        table, unfinished = results_case_table(results, run.all_results, run.name, limit=limit,
-                                               key_pool=key_pool)
+    source: str | Path = run.all_results
+    if results is None:  # as case_table.read_case_table, keeping the data for option_scores
+        store = RunStore(run.run_dir)
+        results = store.read_results(validate=False, missing_ok=False)
+        source = store.results_path
+    table, unfinished = results_case_table(results, source, run.name, limit=limit,
+                                           key_pool=key_pool)
     warn_incomplete(run, table)
     return RunAnalysis(run, run_metrics(table, run.name), table,
-                       cell_stats(table, n_boot=n_boot, seed=seed), unfinished)
+                       cell_stats(table, n_boot=n_boot, seed=seed), unfinished,
+                       option_scores=option_scores(results, table, source))
 
 
 def analyse_chance(benchmark: Mapping[str, BenchmarkItem | Mapping[str, float]] | None,
@@ -369,6 +378,17 @@ def always_k_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     return [] if tables is None else [{**a.ids(), **r} for r in tables.baselines]
 
 
+def auroc_table_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``auroc.csv`` (:func:`auroc.auroc_rows`) with the run ids.
+
+    None for a run without option probabilities, and none for chance (its AUROC is 0.5 by
+    definition).
+    """
+    if a.option_scores is None:
+        return []
+    return [{**a.ids(), **r} for r in auroc_rows(a.option_scores)]
+
+
 _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              LESION_CSV: (lesion_rows, LESION_COLUMNS, True),
              SUBQUESTION_CSV: (subquestion_rows, SUBQUESTION_COLUMNS, True),
@@ -380,7 +400,8 @@ _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              ERROR_CLASSES_CSV: (error_classes_rows, (*ID_COLUMNS, *CLASS_COLUMNS), False),
              OPTION_POSITION_CSV: (option_position_rows, (*ID_COLUMNS, *POSITION_COLUMNS),
                                    False),
-             ALWAYS_K_CSV: (always_k_rows, (*ID_COLUMNS, *BASELINE_COLUMNS), False)}
+             ALWAYS_K_CSV: (always_k_rows, (*ID_COLUMNS, *BASELINE_COLUMNS), False),
+             AUROC_CSV: (auroc_table_rows, (*ID_COLUMNS, *AUROC_COLUMNS), False)}
 
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None

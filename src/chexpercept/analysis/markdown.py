@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from chexpercept.analysis.auroc import AUROC_QUESTIONS, auroc_rows
 from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.detection import detection_rows
@@ -246,6 +247,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += detection_section(everyone)
     lines += option_position_section(analyses)
     lines += error_anatomy_section(analyses)
+    lines += auroc_section(analyses)
 
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -319,6 +321,47 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                                f"{100 * r['ci_high']:.1f}] ({r['k']}/{r['n_cases']})")
             body.append(row)
     return lines + _table(["error class", "question", *(a.name for a in runs)], body)
+def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Report section: pooled AUROC of detection and contour evaluation per run.
+
+    Runs made without ``--option-probs`` are named in one line, never given a value
+    (docs/metrics.md, "Option probabilities and AUROC"; per lesion in ``auroc.csv``).
+    """
+    lines = ["## AUROC from option probabilities (pooled over lesions)", "",
+             "Score: the probability of \"Yes\" at the answer token (runs made with "
+             "`--option-probs`). Detection: positive = lesion present; contour evaluation: "
+             "positive = the contour needs a major revision. AUROC with the 95% DeLong "
+             "interval (logit scale); `without probs`: answered questions without usable "
+             "probabilities (no parsed answer, none returned), left out, never scored 0. Per "
+             "lesion: `auroc.csv`.", ""]
+    body, absent = [], []
+    for a in analyses:
+        if a.option_scores is None:
+            absent.append(a.name)
+            continue
+        pooled = {r["question"]: r for r in auroc_rows(a.option_scores)
+                  if r["lesion"] == "all"}
+        cells = []
+        for question in AUROC_QUESTIONS:
+            r = pooled.get(question)
+            if r is None:
+                cells += ["n/a", "0/0", "0"]
+                continue
+            if math.isnan(r["auroc"]):
+                value = "n/a"
+            elif math.isnan(r["ci_low"]):
+                value = f"{r['auroc']:.3f}"
+            else:
+                value = f"{r['auroc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            cells += [value, f"{r['n_positive']}/{r['n_negative']}", str(r["n_without_probs"])]
+        body.append([a.name, *cells])
+    if body:
+        lines += _table(["model", "detection AUROC", "pos/neg", "without probs",
+                         "contour evaluation AUROC", "pos/neg", "without probs"], body)
+    if absent:
+        lines += [f"No AUROC for {', '.join(absent)}: run without `--option-probs` (no "
+                  f"option probabilities recorded).", ""]
+    return lines
 
 
 #: Questions of the report's option-position section (the rest: the CSVs): the yes/no

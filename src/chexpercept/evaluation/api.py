@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chexpercept.errors import SchemaError
+from chexpercept.errors import ConfigError, SchemaError
 from chexpercept.evaluation.async_runner import (
     DEFAULT_CONCURRENCY,
     OPEN_CASES_PER_REQUEST,
@@ -38,6 +38,7 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
+from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replicas import RayReplicas, check_ray_provider, evaluate_on_ray
 from chexpercept.evaluation.runner import run_evaluation
 from chexpercept.evaluation.session import (
@@ -48,7 +49,13 @@ from chexpercept.evaluation.session import (
 from chexpercept.evaluation.sharding import check_part, select_part
 from chexpercept.layouts import eval_part_dir, eval_run_dir
 from utils.llm.base import ChatModel
-from utils.llm.registry import create_model, default_model, provider_class, provider_label
+from utils.llm.registry import (
+    create_model,
+    default_model,
+    provider_class,
+    provider_label,
+    providers_with_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +141,22 @@ def run_folder(output_path: str | Path, provider: str, model: str, oracle_settin
     return eval_part_dir(run_dir, part, total_parts) if part is not None else run_dir
 
 
+def check_option_probs(cls: type[ChatModel], provider: str) -> None:
+    """Refuse ``--option-probs`` for a provider that cannot return token log-probabilities.
+
+    Asks the provider's declaration (``ChatModel.supports_logprobs``), never its name.
+
+    Raises:
+        ConfigError: Naming the provider and the registered providers that can.
+    """
+    if cls.supports_logprobs:
+        return
+    able = providers_with_logprobs()
+    raise ConfigError(f"--option-probs: provider {provider} cannot return token "
+                      f"log-probabilities (docs/metrics.md, 'Option probabilities and AUROC'); "
+                      f"providers that can: {', '.join(able)}")
+
+
 def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Path,
              model: str | None = None, oracle_setting: str = "implicit",
              no_thinking: bool = False, seed: int = 0, limit: int | None = None,
@@ -141,7 +164,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              total_parts: int = 1, save_every: int = 10, overwrite: bool = False,
              concurrency: int | None = None, max_new_tokens: int | None = None,
              max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
-             give_up_unanswered: bool = False,
+             give_up_unanswered: bool = False, option_probs: bool = False,
              provider_options: Mapping[str, Any] | None = None,
              progress: Callable[..., Iterable[int]] | None = None,
              on_run_dir: Callable[[Path], Any] | None = None,
@@ -173,6 +196,11 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         max_new_tokens: Output-token cap per turn (None: the provider's default).
         max_consecutive_faults: Stop after this many requests in a row got no answer.
         give_up_unanswered: Do not ask again turns that got no answer earlier.
+        option_probs: ``--option-probs``: ask the provider for the top
+            :data:`~chexpercept.evaluation.option_probs.OPTION_PROBS_TOP_K` log-probabilities
+            of each generated token (its ``top_logprobs`` option) and record each answered
+            turn's option probabilities (docs/metrics.md, "Option probabilities and AUROC");
+            part of the run's identity.
         provider_options: Further options of the provider (``create_model``; an option it
             does not take is an error naming it).
         progress: Optional wrapper of the sync runner's turn loop.
@@ -186,14 +214,18 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         The run summary (``unfinished`` lists cases left without an answer).
 
     Raises:
-        ConfigError: On bad settings, an unknown provider option, or a run folder with another
-            manifest.
+        ConfigError: On bad settings, an unknown provider option, ``option_probs`` for a
+            provider that cannot return log-probabilities (``supports_logprobs``), or a run
+            folder with another manifest.
         ProviderError: On a fault that stops the run (credentials, quota, unknown model, a
             first turn over the context, a dead server); ``EngineStartError`` for an offline
             engine that cannot start (raised before the run folder is opened).
         SchemaError: On an invalid bundle or corrupt records.
     """
-    provider_class(provider)  # fail fast on an unavailable provider, before any work
+    cls = provider_class(provider)  # fail fast on an unavailable provider, before any work
+    if option_probs:
+        check_option_probs(cls, provider)
+        provider_options = {**dict(provider_options or {}), "top_logprobs": OPTION_PROBS_TOP_K}
     model_name = model or default_model(provider)
     if ray is not None:
         check_ray_provider(provider, model_name, provider_options or {})
@@ -210,7 +242,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
                             part=part, total_parts=total_parts, limit=limit,
                             per_path_limit=per_path_limit,
                             max_consecutive_faults=max_consecutive_faults,
-                            give_up_unanswered=give_up_unanswered)
+                            give_up_unanswered=give_up_unanswered, option_probs=option_probs)
     if ray is not None:  # N replicas, each an actor holding one engine; same run folder
         return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
                                overwrite=overwrite, progress=progress)

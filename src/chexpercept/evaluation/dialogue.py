@@ -148,11 +148,20 @@ def explicit_oracle_text(case: EvalCase, turn_name: str) -> str:
 
 @dataclass
 class TurnOutcome:
-    """A finished turn: raw text, parse and score."""
+    """A finished turn: raw text, parse and score.
+
+    Attributes:
+        raw: The model's text.
+        parsed: The parse.
+        correct: Whether it is correct.
+        option_probs: With ``--option-probs``, the turn's record field
+            (:func:`chexpercept.evaluation.option_probs.turn_option_probs`); else None.
+    """
 
     raw: str
     parsed: ParsedAnswer
     correct: bool
+    option_probs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

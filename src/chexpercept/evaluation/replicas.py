@@ -284,7 +284,7 @@ class ReplicaWorker:
                 records.append(None)
             else:
                 records.append(finish_turn(state, prep, completion, counts, settings.model,
-                                           elapsed))
+                                           elapsed, option_probs=settings.option_probs))
         return ReplicaBatch(turn_index=turn_index, key_ids=[s.key_id for s in batch],
                             records=records, faults=faults, batch_latency_s=elapsed,
                             usage=counts.usage, cost_usd=counts.cost_usd,

@@ -2,10 +2,11 @@
 
 One entry per finished case.
 
-Release schema, plus an additive ``status`` key in each question's result. Stage 1 keeps its
-parsed answer under ``response`` and Stage 2 under ``responses`` (the release's two names,
-both kept); unvisited stages stay ``{}``; ``chat_history`` holds raw text, with the original
-raw text as a 4th element where the implicit oracle patched a turn.
+Release schema, plus an additive ``status`` key in each question's result (and, with
+``--option-probs``, ``option_probs``; docs/metrics.md, "Option probabilities and AUROC").
+Stage 1 keeps its parsed answer under ``response`` and Stage 2 under ``responses`` (the
+release's two names, both kept); unvisited stages stay ``{}``; ``chat_history`` holds raw
+text, with the original raw text as a 4th element where the implicit oracle patched a turn.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
             key = "response" if section == "detection_qa" else "responses"
             out[section] = {key: outcome.parsed.text, "ground_truth": _gt(turn.ground_truth),
                             "correct": outcome.correct, "status": outcome.parsed.status}
+            if outcome.option_probs is not None:  # --option-probs
+                out[section]["option_probs"] = outcome.option_probs
         else:
             sections.setdefault(section, []).append((turn, outcome))
     for section, answered in sections.items():
@@ -91,6 +94,8 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
         block["correct"] = stage_correct(o.correct for _, o in answered)
         for t, o in answered:
             block[t.spec.sub] = {"correct": o.correct, "status": o.parsed.status}
+            if o.option_probs is not None:  # --option-probs
+                block[t.spec.sub]["option_probs"] = o.option_probs
         out[section] = block
     out["_chat_history_idx"] = dict(dialogue.history_idx)
     out["token_usage"] = token_usage(model_id, usages)

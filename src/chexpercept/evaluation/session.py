@@ -32,6 +32,7 @@ from chexpercept.evaluation.dialogue import (
     answer_key,
     system_prompt_sha256,
 )
+from chexpercept.evaluation.option_probs import turn_option_probs
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
@@ -89,6 +90,9 @@ class EvalSettings:
         give_up_unanswered: Do not ask again the turns that got no answer in an earlier
             invocation (``--give-up-unanswered``); their cases stay unfinished, which Stage 04
             counts as missing, and the run may end with exit code 0.
+        option_probs: ``--option-probs``: the provider returns token log-probabilities and
+            every answered turn records its ``option_probs``
+            (:mod:`chexpercept.evaluation.option_probs`); an identity field of the run.
     """
 
     provider: str
@@ -104,6 +108,7 @@ class EvalSettings:
     per_path_limit: int | None = None
     max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS
     give_up_unanswered: bool = False
+    option_probs: bool = False
 
 
 @dataclass
@@ -226,6 +231,8 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
             SELECTION_FIELD: {"limit": settings.limit,
                               "per_path_limit": settings.per_path_limit}}
            if settings.part is not None else {}),
+        # only with --option-probs, so the manifests of earlier runs stay equal (identity field)
+        **({"option_probs": True} if settings.option_probs else {}),
         "benchmark_dir": str(bundle.source_dir or bundle.layout.root),
         **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -371,7 +378,8 @@ def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
     answer = rec.get("answer")
     parsed = ParsedAnswer(tuple(answer) if answer else None, rec["status"],
                           rec.get("detail", ""))
-    return TurnOutcome(raw=rec.get("raw", ""), parsed=parsed, correct=bool(rec["correct"]))
+    return TurnOutcome(raw=rec.get("raw", ""), parsed=parsed, correct=bool(rec["correct"]),
+                       option_probs=rec.get("option_probs"))
 
 
 def _replay(state: CaseState, records: dict[str, dict[str, Any]]) -> int:
@@ -591,7 +599,7 @@ class RunSession:
             return None
         self.breaker.observe(completion)
         record = finish_turn(state, prep, completion, self.summary, self.settings.model,
-                             batch_latency_s)
+                             batch_latency_s, option_probs=self.settings.option_probs)
         record.update(extra or {})
         return record
 
@@ -692,8 +700,13 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
 
 
 def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
-                summary: RunSummary, model_id: str, batch_latency_s: float) -> dict[str, Any]:
+                summary: RunSummary, model_id: str, batch_latency_s: float, *,
+                option_probs: bool = False) -> dict[str, Any]:
     """Score a completion, commit it to the dialogue, count it; returns the record to append.
+
+    With ``option_probs`` (``--option-probs``) the record gets the turn's ``option_probs``
+    (:func:`~chexpercept.evaluation.option_probs.turn_option_probs`; a provider that sent no
+    log-probabilities gives ``{"status": "missing"}``, never zeros).
 
     Raises:
         ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`).
@@ -703,7 +716,12 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
     parsed, correct = score_completion(prep, completion)
     record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
                      batch_latency_s)
-    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct))
+    probs = None
+    if option_probs:
+        probs = turn_option_probs(completion.top_logprobs, prep.turn.num_options,
+                                  parsed.answer)
+        record["option_probs"] = probs
+    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct, probs))
     usage = completion.usage
     state.usages.append(dict(record["usage"]))
     summary.usage.update(input=usage.input_tokens, cached_input=usage.cached_input_tokens,

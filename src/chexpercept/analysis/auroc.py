@@ -1,0 +1,171 @@
+"""Stage 04: AUROC of the recorded option probabilities, detection and contour evaluation.
+
+A run made with ``00_eval.py --option-probs`` records each answered turn's option probabilities
+in ``all_results.json`` (the question block's ``option_probs``; docs/metrics.md, "Option
+probabilities and AUROC"). Two questions are yes/no and get an AUROC with DeLong's interval
+(:func:`chexpercept.analysis.confidence.auroc_delong`), per lesion and pooled:
+
+- ``detection`` (Stage 1): positive = lesion present (paths ``revision_required`` and
+  ``revision_free``), negative = ``lesion_free``; score = P("Yes");
+- ``contour_evaluation`` (Stage 2): positive = the contour needs a major revision (path
+  ``revision_required``), negative = it does not (``revision_free``); score = P("Yes", it
+  needs a revision).
+
+P("Yes") is read without assuming where "Yes" is shown: on a positive case the ground truth is
+the Yes option, so the score is the probability of the ground-truth option; on a negative case
+it is one minus it (two options, renormalised to sum 1). Only turns whose ``option_probs``
+status is ``ok`` are scored; the others (no parsed answer, no log-probabilities, ...) are
+counted in ``n_without_probs`` and never scored as 0. A run without option probabilities
+gets no rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chexpercept.analysis.case_table import CaseTable
+from chexpercept.analysis.confidence import auroc_delong
+from chexpercept.errors import SchemaError
+from chexpercept.lesions import LESIONS, QA_PATHS
+
+#: The yes/no questions with an AUROC: name -> (``all_results.json`` block, positive paths,
+#: paths that ask it).
+AUROC_QUESTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "detection": ("detection_qa", ("revision_required", "revision_free"),
+                  ("revision_required", "revision_free", "lesion_free")),
+    "contour_evaluation": ("contour_evaluation_qa", ("revision_required",),
+                           ("revision_required", "revision_free")),
+}
+#: Columns of ``auroc.csv`` (after the run's identity columns).
+AUROC_COLUMNS: tuple[str, ...] = ("question", "lesion", "auroc", "ci_low", "ci_high",
+                                  "n_positive", "n_negative", "n_without_probs", "note")
+#: Fewest positives and negatives an AUROC needs (DeLong's variance has n - 1 in it).
+MIN_PER_CLASS = 2
+
+
+@dataclass(frozen=True)
+class OptionScores:
+    """The per-case P("Yes") of the two yes/no questions of one run.
+
+    Attributes:
+        lesion: (n,) int8 index into ``lesions.LESIONS`` (the case table's).
+        path: (n,) int8 index into ``lesions.QA_PATHS``.
+        scores: question (:data:`AUROC_QUESTIONS`) -> (n,) float64 P("Yes") in [0, 1]; NaN
+            where the question was not asked or has no usable probabilities.
+        without: question -> (n,) bool; asked and answered but without usable probabilities
+            (``option_probs`` status other than ``ok``).
+    """
+
+    lesion: np.ndarray
+    path: np.ndarray
+    scores: dict[str, np.ndarray]
+    without: dict[str, np.ndarray]
+
+
+def _p_yes(block: Mapping[str, Any], positive: bool, where: str) -> float | None:
+    """P("Yes") of one answered yes/no block, or None without usable option probabilities.
+
+    Raises:
+        SchemaError: For an ``option_probs`` that is not what Stage 03 writes (names ``where``).
+    """
+    op = block.get("option_probs")
+    if op is None:
+        return None
+    if not isinstance(op, Mapping) or not isinstance(op.get("status"), str):
+        raise SchemaError(f"{where}: option_probs must be an object with a status, got {op!r}")
+    if op["status"] != "ok":
+        return None
+    probs, gt = op.get("probs"), block.get("ground_truth")
+    valid = (isinstance(probs, Mapping) and len(probs) == 2 and isinstance(gt, int)
+             and str(gt) in probs
+             and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and 0.0 <= v <= 1.0 for v in probs.values()))
+    if not valid:
+        raise SchemaError(f"{where}: option_probs of a yes/no question must map its 2 option "
+                          f"numbers (the ground truth {gt!r} among them) to probabilities in "
+                          f"[0, 1], got {op!r}")
+    p_true = float(probs[str(gt)])
+    return p_true if positive else 1.0 - p_true
+
+
+def option_scores(results: Mapping[str, Any], table: CaseTable,
+                  source: str | Path = "all_results.json") -> OptionScores | None:
+    """P("Yes") of every scored case's detection and contour-evaluation answers.
+
+    Args:
+        results: The parsed ``all_results.json`` (key_id -> case result), already checked by
+            the case table (the cases of ``table`` are in it).
+        table: The run's case table: its key_ids (the scored cases, ``--limit`` applied), lesion
+            and path indices.
+        source: The file, named in errors.
+
+    Returns:
+        The scores, or None when no case carries ``option_probs`` (a run made without
+        ``--option-probs``: no AUROC rows).
+
+    Raises:
+        SchemaError: For a malformed ``option_probs`` (names the file and the key_id).
+    """
+    n = table.n_cases
+    scores = {q: np.full(n, np.nan) for q in AUROC_QUESTIONS}
+    without = {q: np.zeros(n, dtype=bool) for q in AUROC_QUESTIONS}
+    seen = False
+    for i, key_id in enumerate(table.key_ids):
+        path = QA_PATHS[int(table.path[i])]
+        case = results[key_id]
+        for question, (block_name, positives, asking) in AUROC_QUESTIONS.items():
+            block = case.get(block_name) if path in asking else None
+            if not block:
+                continue
+            seen = seen or "option_probs" in block
+            p = _p_yes(block, path in positives, f"{source}: {key_id}: {block_name}")
+            if p is None:
+                without[question][i] = "option_probs" in block
+            else:
+                scores[question][i] = p
+    if not seen:
+        return None
+    return OptionScores(table.lesion, table.path, scores, without)
+
+
+def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
+    """Rows of ``auroc.csv``: per question, each lesion with cases, then ``all``.
+
+    Lesions in ``LESIONS`` order.
+
+    Returns:
+        Rows with the keys of :data:`AUROC_COLUMNS`. A cell with fewer than
+        :data:`MIN_PER_CLASS` positives or negatives has NaN AUROC and bounds and a ``note``;
+        an AUROC of exactly 0 or 1 has NaN bounds (docs/metrics.md says why).
+    """
+    rows = []
+    for question, (_, positives, _) in AUROC_QUESTIONS.items():
+        positive_paths = [QA_PATHS.index(p) for p in positives]
+        score, without = scores.scores[question], scores.without[question]
+        for li, lesion in [*enumerate(LESIONS), (None, "all")]:
+            in_cell = np.ones_like(without) if li is None else scores.lesion == li
+            has = in_cell & ~np.isnan(score)
+            if not (has.any() or (in_cell & without).any()):
+                continue
+            truth = np.isin(scores.path[has], positive_paths)
+            n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+            row = {"question": question, "lesion": lesion, "auroc": math.nan,
+                   "ci_low": math.nan, "ci_high": math.nan, "n_positive": n_pos,
+                   "n_negative": n_neg, "n_without_probs": int((in_cell & without).sum()),
+                   "note": ""}
+            if n_pos < MIN_PER_CLASS or n_neg < MIN_PER_CLASS:
+                row["note"] = (f"needs >= {MIN_PER_CLASS} positives and {MIN_PER_CLASS} "
+                               f"negatives with probabilities")
+            else:
+                row["auroc"], row["ci_low"], row["ci_high"] = auroc_delong(score[has], truth)
+                if math.isnan(row["ci_low"]):
+                    row["note"] = ("DeLong variance 0 (AUROC 0 or 1, or all scores tied): "
+                                   "no interval")
+            rows.append(row)
+    return rows
