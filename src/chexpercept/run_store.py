@@ -49,7 +49,10 @@ logger = logging.getLogger(__name__)
 #: Manifest fields that must match for a run to be resumed (or parts to be merged).
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
-                   "sharding", "option_probs")
+                   "sharding", "option_probs", "option_order")
+#: The value of an identity field a manifest written before the field existed stands for
+#: (``option_order``: such a run showed the options in the release order).
+IDENTITY_DEFAULTS: dict[str, Any] = {"option_order": "release"}
 #: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
 SELECTION_FIELD = "selection"
 #: fsync ``records.jsonl`` after this many appended records ...
@@ -75,10 +78,13 @@ def identity_diffs(old: Mapping[str, Any], new: Mapping[str, Any], *, old_name: 
 
     Returns:
         ``'<field>' (<old_name><sep><value>, <new_name><sep><value>)`` lines; empty when they
-        agree.
+        agree. A field a manifest lacks counts as its :data:`IDENTITY_DEFAULTS` value.
     """
-    return [f"'{k}' ({old_name}{sep}{old.get(k)!r}, {new_name}{sep}{new.get(k)!r})"
-            for k in IDENTITY_FIELDS if k not in skip and old.get(k) != new.get(k)]
+    def value(manifest: Mapping[str, Any], k: str) -> Any:
+        return manifest.get(k, IDENTITY_DEFAULTS.get(k))
+
+    return [f"'{k}' ({old_name}{sep}{value(old, k)!r}, {new_name}{sep}{value(new, k)!r})"
+            for k in IDENTITY_FIELDS if k not in skip and value(old, k) != value(new, k)]
 
 
 class RecordWriter:

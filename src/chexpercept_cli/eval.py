@@ -34,6 +34,7 @@ from chexpercept.errors import ConfigError
 from chexpercept.evaluation import ORACLE_SETTINGS
 from chexpercept.evaluation.api import cost_table, evaluate, select_cases
 from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
+from chexpercept.evaluation.option_order import OPTION_ORDERS
 from chexpercept.evaluation.replicas import RayReplicas
 from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
@@ -239,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--oracle_setting", "--oracle-setting", dest="oracle_setting",
                         choices=ORACLE_SETTINGS, default="implicit",
                         help="Oracle setting (default: %(default)s; choices: %(choices)s).")
+    parser.add_argument("--option-order", "--option_order", dest="option_order",
+                        choices=OPTION_ORDERS, default="release",
+                        help="Order of each question's options: release (as the benchmark "
+                             "lists them, the paper's protocol), shuffled (a permutation per "
+                             "case and question seeded by --seed; answers mapped back) or "
+                             "circular (every rotation of each single-choice question asked; "
+                             "correct only if all are). Part of the run's identity; see "
+                             "docs/evaluation_protocol.md, 'Option order' "
+                             "(default: %(default)s).")
     parser.add_argument("--no-thinking", "--no_thinking", dest="no_thinking",
                         action="store_true",
                         help="Disable thinking where the provider supports it (vLLM and "
@@ -305,11 +315,13 @@ def _from_config(args: argparse.Namespace) -> tuple[str | Path, int]:
     return output_path, seed
 
 
-def _check_only(args: argparse.Namespace, provider: str, selection: dict[str, object]) -> int:
+def _check_only(args: argparse.Namespace, provider: str, selection: dict[str, object],
+                seed: int) -> int:
     """``--validate-only`` / ``--estimate-cost``: check the bundle (and price it); no request."""
     cases = select_cases(args.benchmark_dir, **selection)
     if args.estimate_cost:
-        print(cost_table(cases, args.model or default_model(provider)))
+        print(cost_table(cases, args.model or default_model(provider),
+                         option_order=args.option_order, seed=seed))
     else:
         logger.info("benchmark bundle %s is valid: %d case(s) checked", args.benchmark_dir,
                     len(cases))
@@ -329,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     selection = {"limit": args.limit, "per_path_limit": args.per_path_limit,
                  "part": args.part, "total_parts": args.total_parts}
     if args.validate_only or args.estimate_cost:
-        return _check_only(args, provider, selection)
+        return _check_only(args, provider, selection, seed)
 
     def start_log(run_dir: Path) -> None:
         logger.info("log: %s", setup_logging(args.log_level, run_dir / "logs", name="eval",
@@ -342,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=args.concurrency,
         max_consecutive_faults=args.max_consecutive_faults,
         give_up_unanswered=args.give_up_unanswered, option_probs=args.option_probs,
+        option_order=args.option_order,
         progress=progress, on_run_dir=start_log,
         ray=ray,
         provider_options=options)

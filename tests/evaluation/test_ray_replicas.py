@@ -465,3 +465,16 @@ def test_ray_is_imported_only_when_asked_for():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("provider", ["oracle", "random"])
+def test_shuffled_options_on_replicas_match_one_engine(cluster, bench, tmp_path, provider):
+    # docs/evaluation_protocol.md, "Option order": shuffled works with every runner
+    one = _run(bench, tmp_path / "one", provider, option_order="shuffled", seed=3)
+    many = _run(bench, tmp_path / "many", provider, replicas=2, option_order="shuffled",
+                seed=3)
+    _same_results(one, many)
+    records = _records(many)
+    assert all("option_order" in r for r in records)
+    if provider == "oracle":  # the answer key is the displayed truth, mapped back to 100 %
+        assert all(r["correct"] for r in records)

@@ -38,6 +38,7 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
+from chexpercept.evaluation.option_order import apply_option_order, check_option_order
 from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replicas import RayReplicas, check_ray_provider, evaluate_on_ray
 from chexpercept.evaluation.runner import run_evaluation
@@ -94,12 +95,14 @@ def _select(benchmark_dir: str | Path, limit: int | None, per_path_limit: int | 
     return bundle, validate_bundle(bundle, key_ids)
 
 
-def cost_table(cases: Iterable[EvalCase], model: str) -> str:
+def cost_table(cases: Iterable[EvalCase], model: str, *, option_order: str = "release",
+               seed: int = 0) -> str:
     """The expected API cost of ``cases`` for ``model`` and every priced model, as text.
 
-    See docs/evaluation_protocol.md, "Cost".
+    See docs/evaluation_protocol.md, "Cost"; ``option_order`` ``circular`` counts every
+    rotation's call ("Option order").
     """
-    cases = list(cases)
+    cases = [apply_option_order(c, option_order, seed) for c in cases]
     shapes = call_shapes(cases)
     chosen = estimate(shapes, model)
     rows = [chosen, *(e for e in estimate_all_priced(shapes) if e.model != chosen.price_key)]
@@ -165,6 +168,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              concurrency: int | None = None, max_new_tokens: int | None = None,
              max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
              give_up_unanswered: bool = False, option_probs: bool = False,
+             option_order: str = "release",
              provider_options: Mapping[str, Any] | None = None,
              progress: Callable[..., Iterable[int]] | None = None,
              on_run_dir: Callable[[Path], Any] | None = None,
@@ -201,6 +205,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
             of each generated token (its ``top_logprobs`` option) and record each answered
             turn's option probabilities (docs/metrics.md, "Option probabilities and AUROC");
             part of the run's identity.
+        option_order: ``release``, ``shuffled`` or ``circular`` (``--option-order``;
+            docs/evaluation_protocol.md, "Option order").
         provider_options: Further options of the provider (``create_model``; an option it
             does not take is an error naming it).
         progress: Optional wrapper of the sync runner's turn loop.
@@ -226,10 +232,13 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     if option_probs:
         check_option_probs(cls, provider)
         provider_options = {**dict(provider_options or {}), "top_logprobs": OPTION_PROBS_TOP_K}
+    check_option_order(option_order, sharded=part is not None, replicas=ray is not None)
     model_name = model or default_model(provider)
     if ray is not None:
         check_ray_provider(provider, model_name, provider_options or {})
     bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
+    for case in cases:  # a question whose options cannot be reordered fails before any start
+        apply_option_order(case, option_order, seed)
     run_dir = run_folder(output_path, provider, model_name, oracle_setting,
                          no_thinking=no_thinking, part=part, total_parts=total_parts)
     if on_run_dir is not None:
@@ -242,7 +251,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
                             part=part, total_parts=total_parts, limit=limit,
                             per_path_limit=per_path_limit,
                             max_consecutive_faults=max_consecutive_faults,
-                            give_up_unanswered=give_up_unanswered, option_probs=option_probs)
+                            give_up_unanswered=give_up_unanswered, option_probs=option_probs,
+                            option_order=option_order)
     if ray is not None:  # N replicas, each an actor holding one engine; same run folder
         return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
                                overwrite=overwrite, progress=progress)

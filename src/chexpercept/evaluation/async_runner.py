@@ -210,7 +210,7 @@ class Scheduler:
         # longest remaining path first (stable: selection order among equals), so the run ends
         # on short cases rather than on a few 9-turn ones running alone (module docstring)
         self.queue = sorted((s for s in session.active_states if s.runnable), reverse=True,
-                            key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history))
+                            key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.outcomes))
         self._position = 0
         self._taking = asyncio.Lock()
         self._room = asyncio.Event()

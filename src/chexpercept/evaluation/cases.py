@@ -74,6 +74,16 @@ class PlannedTurn:
         multi_select: Whether the answer is a set (scored by set equality).
         none_index: 1-based index of the "None" option of a multi-select question, else None.
         preamble: Text placed before the question (the revision ``initial_context``), or None.
+        option_images: Whether ``images`` are the options themselves, one per option in
+            option order (the revision result's candidate masks), so a new option order
+            permutes the images and leaves the positional labels ("1st mask") in place.
+        option_order: None in the release order; else displayed position i (0-based) shows
+            ORIGINAL option ``option_order[i]`` (1-based) and ``question``, ``option_texts``,
+            ``images`` and ``none_index`` are as displayed, while ``ground_truth`` stays in
+            original numbers (docs/evaluation_protocol.md, "Option order").
+        rotation: ``k`` for the k-th rotation of a single-choice question asked under
+            ``--option-order circular`` (its own dialogue branch), 0 for every asked turn.
+        rotation_of: The turn name this rotation repeats (None unless ``rotation``).
     """
 
     spec: TurnSpec
@@ -84,6 +94,10 @@ class PlannedTurn:
     multi_select: bool = False
     none_index: int | None = None
     preamble: str | None = None
+    option_images: bool = False
+    option_order: tuple[int, ...] | None = None
+    rotation: int = 0
+    rotation_of: str | None = None
 
     @property
     def num_options(self) -> int:
@@ -95,6 +109,30 @@ class PlannedTurn:
         """Ground truth as a set of 1-based indices (one element for single choice)."""
         gt = self.ground_truth
         return frozenset(gt) if isinstance(gt, tuple) else frozenset({gt})
+
+    def displayed(self, original: int) -> int:
+        """The displayed 1-based position of ORIGINAL option ``original``."""
+        return original if self.option_order is None else self.option_order.index(original) + 1
+
+    def original(self, displayed: int) -> int:
+        """The ORIGINAL 1-based option shown at displayed position ``displayed``."""
+        return displayed if self.option_order is None else self.option_order[displayed - 1]
+
+    @property
+    def displayed_ground_truth(self) -> int | tuple[int, ...]:
+        """The ground truth in displayed numbers (sorted for multi-select)."""
+        gt = self.ground_truth
+        if isinstance(gt, tuple):
+            return tuple(sorted(self.displayed(i) for i in gt))
+        return self.displayed(gt)
+
+    @property
+    def original_option_texts(self) -> tuple[str, ...]:
+        """``option_texts`` in ORIGINAL option order."""
+        if self.option_order is None or self.option_images:
+            return self.option_texts
+        return tuple(self.option_texts[self.displayed(i) - 1]
+                     for i in range(1, self.num_options + 1))
 
 
 @dataclass(frozen=True)
@@ -253,7 +291,8 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: BenchmarkLayout) 
             TURNS[4], res.question,
             tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options),
             res.answer_index,
-            tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1))))
+            tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)),
+            option_images=True))
     if 4 in asked:
         attrs = item.attribute_extraction_qa
         if attrs is None:  # validate_bundle names it first (chexpercept.bundle)

@@ -29,6 +29,7 @@ from typing import Any
 
 from chexpercept.bundle import ordinal
 from chexpercept.evaluation.cases import EvalCase, PlannedTurn
+from chexpercept.evaluation.option_order import ROTATION_MARK
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.base import Message, TurnRequest
 
@@ -54,7 +55,14 @@ def system_prompt_sha256(text: str = SYSTEM_PROMPT) -> str:
 
 
 def request_id(key_id: str, turn_name: str) -> str:
-    """The id of one turn's request: ``<key_id>/<turn name>`` (logs, records, answer keys)."""
+    """The id of one turn's request: ``<key_id>/<turn name>`` (logs, records, answer keys).
+
+    A rotation of a circular run (turn name ``<name>@r<k>``) is its own dialogue branch:
+    ``<key_id>@r<k>/<name>`` (docs/evaluation_protocol.md, "Option order").
+    """
+    name, mark, k = turn_name.partition(ROTATION_MARK)
+    if mark:
+        return f"{key_id}{ROTATION_MARK}{k}/{name}"
     return f"{key_id}/{turn_name}"
 
 
@@ -65,12 +73,10 @@ def answer_key(cases: Iterable[EvalCase]) -> dict[str, int | tuple[int, ...]]:
     request carries them (docs/evaluation_protocol.md, "Providers").
 
     Returns:
-        A 1-based option, or the sorted tuple of options of a multi-select question, per
-        request id.
+        A 1-based option as displayed (docs/evaluation_protocol.md, "Option order"), or the
+        sorted tuple of options of a multi-select question, per request id.
     """
-    return {request_id(case.key_id, turn.spec.name):
-            tuple(sorted(turn.ground_truth)) if isinstance(turn.ground_truth, tuple)
-            else turn.ground_truth
+    return {request_id(case.key_id, turn.spec.name): turn.displayed_ground_truth
             for case in cases for turn in case.turns}
 
 
@@ -96,7 +102,8 @@ def _gt_colours(turn: PlannedTurn) -> list[str] | None:
     indices = list(gt) if isinstance(gt, tuple) else [gt]
     if turn.none_index is not None and indices == [turn.none_index]:
         return None
-    return [turn.option_texts[i - 1].removesuffix(" point") for i in indices]
+    texts = turn.original_option_texts  # the ground truth is in original numbers
+    return [texts[i - 1].removesuffix(" point") for i in indices]
 
 
 def explicit_oracle_text(case: EvalCase, turn_name: str) -> str:
@@ -142,7 +149,8 @@ def explicit_oracle_text(case: EvalCase, turn_name: str) -> str:
         if result is None or not isinstance(result.ground_truth, int):
             raise ValueError(f"{case.key_id}: no revision result to name")
         return (f"Ground Truth Provided: The mask that correctly reflects the requested "
-                f"modifications is the {ordinal(result.ground_truth)} mask. {_ABSOLUTE}")
+                f"modifications is the {ordinal(result.displayed(result.ground_truth))} mask. "
+                f"{_ABSOLUTE}")
     raise ValueError(f"no oracle text before turn {turn_name!r}")
 
 
@@ -192,7 +200,8 @@ class Dialogue:
         system_prompt: System message text.
         history: ``chat_history`` entries ``[text, [image paths], raw(, original raw)]``.
         history_idx: Turn name -> index into ``history`` (``_chat_history_idx``).
-        outcomes: Turn name -> outcome.
+        outcomes: Turn name -> outcome (rotations of a circular run included; they never
+            enter ``history``).
     """
 
     case: EvalCase
@@ -202,6 +211,7 @@ class Dialogue:
     history_idx: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, TurnOutcome] = field(default_factory=dict)
     _images: list[tuple[Path, ...]] = field(default_factory=list)
+    _asked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.oracle_setting not in ORACLE_SETTINGS:
@@ -211,7 +221,7 @@ class Dialogue:
     @property
     def next_turn(self) -> PlannedTurn | None:
         """The next turn to ask, or None when the case is finished."""
-        done = len(self.history)
+        done = len(self.outcomes)
         return self.case.turns[done] if done < len(self.case.turns) else None
 
     @property
@@ -244,7 +254,7 @@ class Dialogue:
         if turn is None or len(entry) > 3:
             return
         original = entry[2]
-        entry[2] = answer_text(turn.ground_truth)
+        entry[2] = answer_text(turn.displayed_ground_truth)
         entry.append(original)
 
     def prepare(self) -> PreparedTurn:
@@ -258,6 +268,8 @@ class Dialogue:
         turn = self.next_turn
         if turn is None:
             raise ValueError(f"{self.case.key_id}: dialogue already finished")
+        if turn.rotation_of is not None:
+            return self._prepare_rotation(turn)
         name = turn.spec.name
         wrong = self._trigger(name)
         prefix = None
@@ -268,22 +280,43 @@ class Dialogue:
             for w in wrong:
                 self._patch(w)
             patched = wrong
-        text = "\n\n".join(p for p in (prefix, turn.preamble, turn.question) if p)
+        oracle = {"setting": self.oracle_setting, "triggered": bool(wrong), "prefix": prefix,
+                  "patched": patched}
+        return self._prepared(turn, len(self.history), oracle)
+
+    def _prepare_rotation(self, turn: PlannedTurn) -> PreparedTurn:
+        """A rotation (circular run): the conversation as its question was asked, rotated.
+
+        The history before the rotated question's own entry, the same oracle paragraph, then
+        the question with its options rotated (docs/evaluation_protocol.md, "Option order").
+
+        Raises:
+            ValueError: If the question it rotates has not been asked yet.
+        """
+        base = turn.rotation_of
+        asked = self._asked.get(base) if base is not None else None
+        if base is None or asked is None or base not in self.history_idx:
+            raise ValueError(f"{self.case.key_id}: rotation {turn.spec.name} before {base}")
+        oracle = {**asked, "patched": []}
+        return self._prepared(turn, self.history_idx[base], oracle)
+
+    def _prepared(self, turn: PlannedTurn, upto: int, oracle: dict[str, Any]) -> PreparedTurn:
+        """The request of ``turn`` after the first ``upto`` history entries."""
+        text = "\n\n".join(p for p in (oracle["prefix"], turn.preamble, turn.question) if p)
         messages = [Message("system", self.system_prompt)]
-        for entry, images in zip(self.history, self._images, strict=True):
+        for entry, images in zip(self.history[:upto], self._images[:upto], strict=True):
             messages.append(Message("user", entry[0], images))
             messages.append(Message("assistant", entry[2]))
         messages.append(Message("user", text, turn.images))
         meta = {"num_options": turn.num_options, "multi_select": turn.multi_select,
                 "option_texts": list(turn.option_texts), "none_index": turn.none_index}
         request = TurnRequest(messages=tuple(messages),
-                              request_id=request_id(self.case.key_id, name), meta=meta)
-        oracle = {"setting": self.oracle_setting, "triggered": bool(wrong), "prefix": prefix,
-                  "patched": patched}
+                              request_id=request_id(self.case.key_id, turn.spec.name),
+                              meta=meta)
         return PreparedTurn(turn=turn, text=text, oracle=oracle, request=request)
 
     def commit(self, prepared: PreparedTurn, outcome: TurnOutcome) -> None:
-        """Append the answered turn to the history.
+        """Append the answered turn to the history (a rotation only gets its outcome).
 
         Raises:
             ValueError: If ``prepared`` is not the next turn.
@@ -291,7 +324,10 @@ class Dialogue:
         if prepared.turn is not self.next_turn:
             raise ValueError(f"{self.case.key_id}: {prepared.turn.spec.name} is not the next turn")
         name = prepared.turn.spec.name
+        self.outcomes[name] = outcome
+        if prepared.turn.rotation_of is not None:
+            return
+        self._asked[name] = {k: prepared.oracle[k] for k in ("setting", "triggered", "prefix")}
         self.history_idx[name] = len(self.history)
         self.history.append([prepared.text, [str(p) for p in prepared.turn.images], outcome.raw])
         self._images.append(prepared.turn.images)
-        self.outcomes[name] = outcome

@@ -32,6 +32,7 @@ from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.budget import check_budget
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
 from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
+from chexpercept.evaluation.option_order import check_option_order
 from chexpercept.evaluation.session import (
     CaseState,
     Drain,
@@ -473,6 +474,8 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
         ActorLost: When a replica died more often than its restart bound; the other replicas
             finish their cases first, so a re-run resumes with the lost replica's cases only.
     """
+    # circular rotations share their question's turn index: one step per index cannot ask them
+    check_option_order(settings.option_order, replicas=True)
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite)
     model.assign(s.key_id for s in session.active_states if s.runnable)
     n = model.pool.size

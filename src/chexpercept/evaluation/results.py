@@ -7,6 +7,11 @@ Release schema, plus an additive ``status`` key in each question's result (and, 
 Stage 1 keeps its parsed answer under ``response`` and Stage 2 under ``responses`` (the
 release's two names, both kept); unvisited stages stay ``{}``; ``chat_history`` holds raw
 text, with the original raw text as a 4th element where the implicit oracle patched a turn.
+
+Under ``--option-order shuffled`` each question's result also holds ``option_order`` (displayed
+position i showed original option ``option_order[i]``); under ``circular`` each single-choice
+question's holds ``circular_correct`` (the question and every rotation of it correct). Both are
+absent in the release order (docs/evaluation_protocol.md, "Option order").
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from chexpercept.evaluation.cases import PlannedTurn
 from chexpercept.evaluation.dialogue import Dialogue
 from chexpercept.evaluation.scoring import stage_correct
 from utils.llm.base import Usage
@@ -52,6 +58,17 @@ def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str,
             "per_call": per_call}
 
 
+def _order_flags(turn: PlannedTurn, correct: bool,
+                 rotated: Mapping[str, Sequence[bool]]) -> dict[str, Any]:
+    """``option_order`` (shuffled) and ``circular_correct`` (circular) of one question."""
+    out: dict[str, Any] = {}
+    if turn.option_order is not None:
+        out["option_order"] = list(turn.option_order)
+    if turn.spec.name in rotated:
+        out["circular_correct"] = correct and all(rotated[turn.spec.name])
+    return out
+
+
 def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
                       model_id: str) -> dict[str, Any]:
     """The ``all_results.json`` value of one finished case.
@@ -74,13 +91,21 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
                            "contour_evaluation_qa": {}, "contour_revision_qa": {},
                            "attribute_extraction_qa": {}}
     sections: dict[str, list] = {}
+    rotated: dict[str, list[bool]] = {}
     for turn in case.turns:
+        if turn.rotation_of is not None:
+            rotated.setdefault(turn.rotation_of, []).append(
+                dialogue.outcomes[turn.spec.name].correct)
+    for turn in case.turns:
+        if turn.rotation_of is not None:
+            continue
         outcome = dialogue.outcomes[turn.spec.name]
         section = turn.spec.section
         if turn.spec.sub is None:
             key = "response" if section == "detection_qa" else "responses"
             out[section] = {key: outcome.parsed.text, "ground_truth": _gt(turn.ground_truth),
-                            "correct": outcome.correct, "status": outcome.parsed.status}
+                            "correct": outcome.correct, "status": outcome.parsed.status,
+                            **_order_flags(turn, outcome.correct, rotated)}
             if outcome.option_probs is not None:  # --option-probs
                 out[section]["option_probs"] = outcome.option_probs
         else:
@@ -93,7 +118,8 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
             else {"responses": responses, "ground_truth": gt})
         block["correct"] = stage_correct(o.correct for _, o in answered)
         for t, o in answered:
-            block[t.spec.sub] = {"correct": o.correct, "status": o.parsed.status}
+            block[t.spec.sub] = {"correct": o.correct, "status": o.parsed.status,
+                                 **_order_flags(t, o.correct, rotated)}
             if o.option_probs is not None:  # --option-probs
                 block[t.spec.sub]["option_probs"] = o.option_probs
         out[section] = block

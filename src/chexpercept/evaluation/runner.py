@@ -112,13 +112,13 @@ def _by_turn_index(session: RunSession, model: ChatModel,
     if progress is not None:
         turn_indices = progress(turn_indices, total=NUM_TURNS, desc="turns")
     for t in turn_indices:
-        batch = [s for s in session.active_states if s.runnable and s.next_index == t]
-        if not batch:
-            continue
-        finished, elapsed = _ask(session, model, batch, None)
-        logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
-                    TURNS[t].name, len(batch), elapsed)
-        yield finished
+        # more than one call per index only under --option-order circular, whose rotations
+        # follow their question with its index (docs/evaluation_protocol.md, "Option order")
+        while batch := [s for s in session.active_states if s.runnable and s.next_index == t]:
+            finished, elapsed = _ask(session, model, batch, None)
+            logger.info("turn %d/%d (%s): %d request(s) in %.1f s", t + 1, NUM_TURNS,
+                        TURNS[t].name, len(batch), elapsed)
+            yield finished
 
 
 def _in_window(session: RunSession, model: ChatModel, window: DialogueWindow,
@@ -134,7 +134,7 @@ def _in_window(session: RunSession, model: ChatModel, window: DialogueWindow,
         ProviderError: As :func:`run_evaluation`.
     """
     queue = deque(sorted((s for s in session.active_states if s.runnable), reverse=True,
-                         key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.history)))
+                         key=lambda s: len(s.dialogue.case.turns) - len(s.dialogue.outcomes)))
     steps: Iterable[int] = itertools.count()
     if progress is not None:
         steps = progress(steps, total=None, desc="calls")

@@ -22,7 +22,7 @@ from typing import Any
 
 from chexpercept import schema
 from chexpercept.errors import ConfigError, ProviderError
-from chexpercept.evaluation.cases import Bundle, EvalCase, plan_cases
+from chexpercept.evaluation.cases import Bundle, EvalCase, PlannedTurn, plan_cases
 from chexpercept.evaluation.dialogue import (
     ORACLE_SETTINGS,
     SYSTEM_PROMPT,
@@ -32,6 +32,7 @@ from chexpercept.evaluation.dialogue import (
     answer_key,
     system_prompt_sha256,
 )
+from chexpercept.evaluation.option_order import apply_option_order, check_option_order, to_original
 from chexpercept.evaluation.option_probs import turn_option_probs
 from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
@@ -93,6 +94,8 @@ class EvalSettings:
         option_probs: ``--option-probs``: the provider returns token log-probabilities and
             every answered turn records its ``option_probs``
             (:mod:`chexpercept.evaluation.option_probs`); an identity field of the run.
+        option_order: ``release`` (the paper's), ``shuffled`` or ``circular``
+            (``--option-order``; docs/evaluation_protocol.md, "Option order").
     """
 
     provider: str
@@ -109,6 +112,7 @@ class EvalSettings:
     max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS
     give_up_unanswered: bool = False
     option_probs: bool = False
+    option_order: str = "release"
 
 
 @dataclass
@@ -219,6 +223,7 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         "provider_settings": redact_secrets(to_jsonable(model.describe())),
         "provider_runtime": redact_secrets(to_jsonable(model.runtime_info())),
         "oracle_setting": settings.oracle_setting,
+        "option_order": settings.option_order,
         "no_thinking": settings.no_thinking,
         "seed": settings.seed,
         "system_prompt_sha256": system_prompt_sha256(settings.system_prompt),
@@ -391,7 +396,7 @@ def _replay(state: CaseState, records: dict[str, dict[str, Any]]) -> int:
         dialogue.commit(dialogue.prepare(), _outcome_from_record(rec))
         state.usages.append(dict(rec.get("usage") or {}))
         replayed += 1
-    unused = set(records) - set(dialogue.history_idx)
+    unused = set(records) - set(dialogue.outcomes)
     if unused:
         logger.warning("%s: ignoring record(s) %s that do not follow the recorded turns",
                        dialogue.case.key_id, sorted(unused))
@@ -424,17 +429,45 @@ def _record(prepared: PreparedTurn, completion: Completion, parsed: ParsedAnswer
                   "output_tokens": usage.output_tokens,
                   "thinking_tokens": usage.thinking_tokens},
         "oracle": prepared.oracle,
+        # only under --option-order shuffled / circular: a release record is unchanged
+        **_order_fields(prepared.turn, parsed),
     }
 
 
+def _order_fields(turn: PlannedTurn, parsed: ParsedAnswer) -> dict[str, Any]:
+    """A record's option-order fields (none in the release order).
+
+    ``option_order``: displayed position i shows original option ``option_order[i]``;
+    ``displayed_answer``: the parsed answer as the model gave it (``answer`` is in original
+    numbers); ``rotation``: k of a circular run's rotation.
+    """
+    if turn.option_order is None:
+        return {}
+    out: dict[str, Any] = {"option_order": list(turn.option_order),
+                           "displayed_answer": sorted(turn.displayed(i) for i in parsed.answer)
+                           if parsed.answer else None}
+    if turn.rotation:
+        out["rotation"] = turn.rotation
+    return out
+
+
 def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[ParsedAnswer, bool]:
-    """Parse and score one completion of a prepared turn."""
+    """Parse and score one completion of a prepared turn.
+
+    The answer is parsed against the options as displayed and mapped back to original option
+    numbers (:func:`~chexpercept.evaluation.option_order.to_original`) before it is compared
+    with the ground truth, so every option order is scored by the one rule.
+
+    Returns:
+        The parsed answer in original option numbers, and whether it is correct.
+    """
     turn = prepared.turn
     status = completion.status if completion.status in COMPLETION_STATUSES else ERROR
     parsed = parse_answer(completion.text, num_options=turn.num_options,
                           multi_select=turn.multi_select, option_texts=turn.option_texts,
                           none_index=turn.none_index, finish_reason=completion.finish_reason,
                           completion_status=status)
+    parsed = to_original(parsed, turn)
     return parsed, is_correct(parsed, turn.ground_truth, multi_select=turn.multi_select)
 
 
@@ -658,6 +691,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     """
     if settings.save_every < 1:
         raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
+    check_option_order(settings.option_order, sharded=settings.part is not None)
     store = RunStore(run_dir)
     store.open(build_manifest(settings, model, bundle), overwrite=overwrite)
     records = store.load_records()
@@ -668,7 +702,9 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if foreign:
         logger.warning("records.jsonl has %d case(s) not in the benchmark (ignored), e.g. %s",
                        len(foreign), foreign[0])
-    planned = {c.key_id: c for c in (*cases, *plan_cases(bundle, extra_keys))}
+    # the turns the option order asks (docs/evaluation_protocol.md, "Option order")
+    planned = {c.key_id: apply_option_order(c, settings.option_order, settings.seed)
+               for c in (*cases, *plan_cases(bundle, extra_keys))}
     if model.needs_answer_key:  # the oracle's own channel; requests never carry the answers
         model.set_answer_key(answer_key(planned.values()))
     states = {key_id: CaseState(Dialogue(planned[key_id], settings.oracle_setting,
@@ -717,9 +753,12 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
     record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
                      batch_latency_s)
     probs = None
-    if option_probs:
-        probs = turn_option_probs(completion.top_logprobs, prep.turn.num_options,
-                                  parsed.answer)
+    if option_probs:  # read as displayed, keyed by original numbers (--option-order)
+        turn = prep.turn
+        shown = tuple(sorted(turn.displayed(i) for i in parsed.answer)) if parsed.answer \
+            else None
+        probs = turn_option_probs(completion.top_logprobs, turn.num_options, shown,
+                                  turn.original if turn.option_order is not None else None)
         record["option_probs"] = probs
     state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct, probs))
     usage = completion.usage
