@@ -402,3 +402,31 @@ def test_cli_flag_runs_records_and_refuses(tmp_path, capsys):
                 "--total-parts", "2") == 2
     assert "--option-order circular is not built for --part/--total-parts" in \
         capsys.readouterr().err
+
+
+def test_option_probs_under_shuffled_are_keyed_by_original_options(tmp_path):
+    # the model answers the displayed truth with p = 0.8 on its token and 0.2 on the other
+    import math
+
+    from utils.llm.base import Completion, Usage
+
+    def answer(request):
+        gt = request.meta["ground_truth"]
+        other = 2 if gt == 1 else 1
+        steps = [("Answer:", {"Answer:": -0.01}),
+                 (f" {gt}", {f" {gt}": math.log(0.8), f" {other}": math.log(0.2)})]
+        return Completion(text=f"Answer: {gt}", finish_reason="stop", top_logprobs=steps,
+                          usage=Usage(input_tokens=10, output_tokens=3))
+
+    bundle = _positives_bundle(tmp_path, n=8)
+    _run(bundle, tmp_path / "run", ScriptedModel(answer), option_order="shuffled",
+         option_probs=True)
+    results = _results(tmp_path / "run")
+    orders = set()
+    for res in results.values():
+        det = res["detection_qa"]
+        orders.add(tuple(det["option_order"]))
+        assert det["correct"] and det["option_probs"]["status"] == "ok"
+        # "Yes" (original 1, the truth) gets 0.8 wherever it was shown
+        assert det["option_probs"]["probs"] == pytest.approx({"1": 0.8, "2": 0.2})
+    assert orders == {(1, 2), (2, 1)}
