@@ -11,7 +11,7 @@ from test_async_runner import AsyncFake
 
 from chexpercept import schema
 from chexpercept.analysis.option_order import position_accuracy
-from chexpercept.errors import ConfigError, SchemaError
+from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.api import evaluate
 from chexpercept.evaluation.async_runner import run_evaluation_async
@@ -359,13 +359,39 @@ def test_circular_turns_keep_their_question_index(bundle):
             assert turn.option_order == rotation_order(turn.num_options, turn.rotation)
 
 
-@pytest.mark.parametrize("extra", [{"part": 0, "total_parts": 2},
-                                   {"ray": RayReplicas(replicas=2)}])
-def test_circular_is_refused_where_the_runner_cannot_ask_rotations(bundle, tmp_path, extra):
-    with pytest.raises(ConfigError, match="--option-order circular is not built for"):
+def test_circular_is_refused_on_ray_replicas(bundle, tmp_path):
+    with pytest.raises(ConfigError, match="--option-order circular is not built for --ray"):
         evaluate(bundle.layout.root, provider="random", output_path=tmp_path / "out",
-                 option_order="circular", **extra)
+                 option_order="circular", ray=RayReplicas(replicas=2))
     assert not (tmp_path / "out").exists()
+
+
+def test_circular_parts_merge_to_the_unsharded_run(bundle, tmp_path):
+    _run(bundle, tmp_path / "whole", ScriptedModel(wrong), option_order="circular")
+    run_dir = tmp_path / "sharded"
+    for part in range(3):
+        keys = select_part(KEYS, part, 3)
+        run_evaluation(bundle, validate_bundle(bundle, keys), ScriptedModel(wrong),
+                       EvalSettings("scripted", "m", part=part, total_parts=3,
+                                    option_order="circular"), eval_part_dir(run_dir, part, 3))
+    path = write_merged(run_dir, merge_parts(bundle, run_dir, 3))
+    assert path.read_bytes() == all_results_path(tmp_path / "whole").read_bytes()
+
+
+def test_a_circular_part_missing_a_rotation_is_named_by_the_merge(bundle, tmp_path):
+    run_dir = tmp_path / "sharded"
+    for part in range(2):
+        keys = select_part(KEYS, part, 2)
+        run_evaluation(bundle, validate_bundle(bundle, keys), ScriptedModel(wrong),
+                       EvalSettings("scripted", "m", part=part, total_parts=2,
+                                    option_order="circular"), eval_part_dir(run_dir, part, 2))
+    part = next(p for p in range(2) if RR in select_part(KEYS, p, 2))
+    records = records_path(eval_part_dir(run_dir, part, 2))
+    kept = [line for line in records.read_text(encoding="utf-8").splitlines()
+            if not (RR in line and '"detection_qa@r1"' in line)]
+    records.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"{RR} lacks detection_qa@r1"):
+        merge_parts(bundle, run_dir, 2)
 
 
 # -- command line ----------------------------------------------------------------------------
@@ -399,9 +425,9 @@ def test_cli_flag_runs_records_and_refuses(tmp_path, capsys):
     assert "'option_order' (run folder has 'shuffled', this command has 'release')" in \
         capsys.readouterr().err
     assert _cli(tmp_path, "--provider", "oracle", "--option-order", "circular", "--part", "0",
-                "--total-parts", "2") == 2
-    assert "--option-order circular is not built for --part/--total-parts" in \
-        capsys.readouterr().err
+                "--total-parts", "2") == 0  # a part of a circular run
+    part_dir = run_dir / "part_0_of_2"
+    assert all("circular_correct" in r["detection_qa"] for r in _results(part_dir).values())
 
 
 def test_option_probs_under_shuffled_are_keyed_by_original_options(tmp_path):

@@ -232,7 +232,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     if option_probs:
         check_option_probs(cls, provider)
         provider_options = {**dict(provider_options or {}), "top_logprobs": OPTION_PROBS_TOP_K}
-    check_option_order(option_order, sharded=part is not None, replicas=ray is not None)
+    check_option_order(option_order, replicas=ray is not None)
     model_name = model or default_model(provider)
     if ray is not None:
         check_ray_provider(provider, model_name, provider_options or {})

@@ -42,32 +42,31 @@ ROTATION_MARK = "@r"
 _OPTION_LINE = re.compile(r"^(\s*)\((\d+)\)")
 
 
-def check_option_order(option_order: str, *, sharded: bool = False,
-                       replicas: bool = False) -> None:
+def check_option_order(option_order: str, *, replicas: bool = False) -> None:
     """Check ``--option-order`` and the runners that can honour it.
 
     ``release`` and ``shuffled`` change only what each turn shows, so every runner honours
     them. ``circular`` adds rotation turns that share their question's turn index: the sync
-    runner, the async runner and the KV window ask them; Ray replicas (one call per turn
-    index) and sharded parts (merged from release-planned turns) do not, so those are refused.
+    runner, the async runner, the KV window and sharded parts (the merge plans the same
+    turns) ask them; Ray replicas (one call per turn index and replica) do not, so that
+    combination is refused.
 
     Args:
         option_order: The ``--option-order`` value.
-        sharded: A part of a sharded run (``--part``/``--total-parts``).
         replicas: A run on Ray replicas (``--ray``/``--replicas``).
 
     Raises:
-        ConfigError: For a value not in :data:`OPTION_ORDERS`, or ``circular`` with sharding
-            or Ray replicas (names the flags).
+        ConfigError: For a value not in :data:`OPTION_ORDERS`, or ``circular`` with Ray
+            replicas (names the flags).
     """
     if option_order not in OPTION_ORDERS:
         raise ConfigError(f"--option-order must be one of {', '.join(OPTION_ORDERS)}, "
                           f"got {option_order!r}")
-    if option_order == "circular" and (sharded or replicas):
-        flags = "--part/--total-parts" if sharded else "--ray/--replicas"
-        raise ConfigError(f"--option-order circular is not built for {flags} (its rotations "
-                          f"are extra turns that runner does not ask); run it unsharded on one "
-                          f"engine, or use --option-order shuffled")
+    if option_order == "circular" and replicas:
+        raise ConfigError("--option-order circular is not built for --ray/--replicas (its "
+                          "rotations are extra turns that runner does not ask); run it on one "
+                          "engine (sharded with --part/--total-parts if need be), or use "
+                          "--option-order shuffled")
 
 
 def shuffled_order(seed: int, key_id: str, turn: PlannedTurn) -> tuple[int, ...]:

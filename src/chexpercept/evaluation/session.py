@@ -691,7 +691,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     """
     if settings.save_every < 1:
         raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
-    check_option_order(settings.option_order, sharded=settings.part is not None)
+    check_option_order(settings.option_order)
     store = RunStore(run_dir)
     store.open(build_manifest(settings, model, bundle), overwrite=overwrite)
     records = store.load_records()

@@ -21,6 +21,7 @@ from typing import Any
 
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.evaluation.cases import Bundle, plan_cases
+from chexpercept.evaluation.option_order import apply_option_order
 from chexpercept.layouts import eval_part_dir, run_manifest_path
 from chexpercept.rng import stable_hash
 from chexpercept.run_store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
@@ -157,7 +158,12 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     manifests = _part_manifests(run_dir, total_parts, problems)
     first_part = min(manifests)
     warnings = _check_manifests(bundle, manifests, selection, problems)
-    planned = {c.key_id: c for c in plan_cases(bundle, [k for k in wanted if k in bundle.items])}
+    # the turns the parts asked: their option order adds the circular rotations (an identity
+    # field, so every part has the first part's; docs/evaluation_protocol.md, "Option order")
+    reference = manifests[first_part]
+    order, seed = reference.get("option_order", "release"), reference.get("seed", 0)
+    planned = {c.key_id: apply_option_order(c, order, seed)
+               for c in plan_cases(bundle, [k for k in wanted if k in bundle.items])}
     unknown = [k for k in wanted if k not in bundle.items]
     if unknown:
         problems.append(f"{len(unknown)} selected key_id(s) not in {bundle.layout.json_path}: "
