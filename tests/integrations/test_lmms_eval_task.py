@@ -14,7 +14,10 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +313,76 @@ def test_converter_refuses_a_file_of_another_task(tmp_path):
     path.write_text(json.dumps({"doc_id": 0, "exact_match": 1.0}) + "\n", encoding="utf-8")
     with pytest.raises(SchemaError, match="chexpercept_case"):
         read_lmms_samples(path)
+
+
+#: A plugin package for lmms-eval's CLI (``LMMS_EVAL_PLUGINS``): the simple stand-in model
+#: under the name ``chexpercept_scripted`` (a legacy plugin needs a ``tasks`` package too).
+PLUGIN_MODEL = textwrap.dedent(f"""
+    import lmms_eval.evaluator
+    from lmms_eval.api.model import lmms
+
+    from chexpercept.evaluation.dialogue import request_id
+    from chexpercept.integrations import lmms_eval_task
+
+    lmms_eval.evaluator._enable_reentrant_filelocks._patched = True  # filelock 4 (see the test)
+    REPLIES = {REPLIES!r}
+
+
+    class ScriptedSimple(lmms):
+        def __init__(self, **kwargs):
+            super().__init__()
+
+        def loglikelihood(self, requests):
+            raise NotImplementedError
+
+        def generate_until(self, requests):
+            raise NotImplementedError
+
+        def generate_until_multi_round(self, requests):
+            out = []
+            for request in requests:
+                ctx, _gen, doc_to_visual, doc_to_text, doc_id, task, split = request.args
+                doc = self.task_dict[task][split][doc_id]
+                case = lmms_eval_task._case(doc)
+                outputs, info = [], None
+                while True:
+                    rid = request_id(case.key_id, case.turns[len(outputs)].spec.name)
+                    outputs.append(REPLIES[sum(map(ord, rid)) % len(REPLIES)])
+                    _v, _t, terminal, outputs, info = doc_to_text(
+                        doc, previous_output=outputs, round_idx=len(outputs),
+                        previous_round_info=info)
+                    if terminal:
+                        break
+                out.append(list(outputs))
+            return out
+""")
+
+
+def test_readme_command_through_the_lmms_eval_cli_then_the_converter(bench, tmp_path):
+    """``lmms-eval --tasks chexpercept_implicit --include_path ... --log_samples`` (the README's
+    command, a stand-in model plugged in), then ``03_import_lmms_samples.py``: Stage 03's
+    all_results.json for the same replies (token usage aside)."""
+    plugin = tmp_path / "plugin" / "chexpercept_lmms_plugin"
+    for package in (plugin, plugin / "models", plugin / "tasks"):
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("", encoding="utf-8")
+    (plugin / "models" / "__init__.py").write_text(
+        'AVAILABLE_MODELS = {"chexpercept_scripted": "ScriptedSimple"}\n', encoding="utf-8")
+    (plugin / "models" / "chexpercept_scripted.py").write_text(PLUGIN_MODEL, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "plugin"),
+           "LMMS_EVAL_PLUGINS": "chexpercept_lmms_plugin"}
+    cli = Path(sys.executable).parent / "lmms-eval"
+    done = subprocess.run([str(cli), "--model", "chexpercept_scripted",
+                           "--tasks", "chexpercept_implicit", "--include_path", str(TASKS_DIR),
+                           "--batch_size", "1", "--log_samples",
+                           "--output_path", str(tmp_path / "lmms_out")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "chexpercept_implicit" in done.stdout and "detection" in done.stdout
+    (samples_file,) = (tmp_path / "lmms_out").rglob("*_samples_chexpercept_implicit.jsonl")
+    assert import_lmms(["--samples", str(samples_file), "--model", "scripted",
+                        "--output-path", str(tmp_path / "runs"), "--no-progress"]) == 0
+    converted = json.loads(all_results_path(tmp_path / "runs" / "lmms_scripted" /
+                                             "oracle_implicit").read_text(encoding="utf-8"))
+    expected, _ = run_stage03(bench, tmp_path / "run", "implicit")
+    assert _without_usage(converted) == _without_usage(expected)
