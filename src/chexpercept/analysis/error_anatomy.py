@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -266,24 +266,33 @@ def mask_ious(pairs: Iterable[tuple[str, str]], *, jobs: int = 1
     return out
 
 
+#: Option numbers of the common single-option answers, parsed once.
+_SINGLE = {str(i): (i,) for i in range(1, 10)}
+
+
 def _indices(value: Any) -> tuple[int, ...] | None:
-    """Option numbers of a ground truth or a stored parsed answer (``2``, ``[1, 3]``, ``"1,3"``)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    """Option numbers of a ground truth or a stored parsed answer (``2``, ``[1, 3]``, ``"1,3"``).
+
+    Parsed JSON holds plain types, so exact type checks (no ``bool`` passes as an int).
+    """
+    kind = type(value)
+    if kind is str:
+        single = _SINGLE.get(value)
+        if single is not None:
+            return single
+    elif kind is int:
         return (value,) if value >= 1 else None
-    if isinstance(value, list):
-        out = [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 1]
+    elif kind is list:
+        out = [v for v in value if type(v) is int and v >= 1]
         return tuple(sorted(set(out))) if out and len(out) == len(value) else None
-    if isinstance(value, str):
+    if kind is str:
         parts = [p.strip() for p in value.split(",")]
         if parts and all(p.isdigit() and int(p) >= 1 for p in parts):
             return tuple(sorted({int(p) for p in parts}))
     return None
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """One asked question of one case.
 
     Attributes:
@@ -306,9 +315,9 @@ def case_answers(record: Mapping[str, Any]) -> list[Answer]:
     answer is None when its ``status`` is not ``ok`` or its stored answer names no option.
     """
     out = []
-    for question, section, sub in QUESTIONS:
+    for question, section, sub in QUESTIONS:  # parsed JSON: plain dicts only
         block = record.get(section)
-        if not isinstance(block, Mapping):
+        if type(block) is not dict or not block:
             continue
         if sub is None:
             flags, gt = block, block.get("ground_truth")
@@ -316,9 +325,9 @@ def case_answers(record: Mapping[str, Any]) -> list[Answer]:
         else:
             flags = block.get(sub)
             gts, replies = block.get("ground_truth"), block.get("responses")
-            gt = gts.get(sub) if isinstance(gts, Mapping) else None
-            reply = replies.get(sub) if isinstance(replies, Mapping) else None
-        if not isinstance(flags, Mapping) or "correct" not in flags:
+            gt = gts.get(sub) if type(gts) is dict else None
+            reply = replies.get(sub) if type(replies) is dict else None
+        if type(flags) is not dict or "correct" not in flags:
             continue
         true = _indices(gt)
         if true is None:
@@ -489,7 +498,7 @@ def analyse_errors(records: Mapping[str, Any], key_ids: Iterable[str],
     out = ErrorAnatomy()
     for key_id in key_ids:
         record = records.get(key_id)
-        if not isinstance(record, Mapping):
+        if type(record) is not dict:
             continue
         lesion = key_id.split("_", 1)[0]
         answers = case_answers(record)
