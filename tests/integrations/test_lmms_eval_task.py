@@ -12,9 +12,11 @@ the datasets cache is in tmp_path and the task reads the bundle from disk.
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -176,11 +178,11 @@ def run_lmms(model: _Scripted, setting: str, samples_dir: Path | None = None):
     return samples, out["results"][task]
 
 
-def run_stage03(root: Path, run_dir: Path, setting: str, overrides=None):
+def run_stage03(root: Path, run_dir: Path, setting: str, overrides=None, answer=None):
     """The same replies through Stage 03's runner; all_results.json and the requests sent."""
     overrides = overrides or {}
-    model = stage03_fakes.ScriptedModel(
-        lambda request: overrides.get(request.request_id, scripted(request.request_id)))
+    model = stage03_fakes.ScriptedModel(answer or (
+        lambda request: overrides.get(request.request_id, scripted(request.request_id))))
     bundle = load_bundle(root)
     run_evaluation(bundle, validate_bundle(bundle), model,
                    EvalSettings("scripted", "m", oracle_setting=setting), run_dir)
@@ -386,3 +388,96 @@ def test_readme_command_through_the_lmms_eval_cli_then_the_converter(bench, tmp_
                                              "oracle_implicit").read_text(encoding="utf-8"))
     expected, _ = run_stage03(bench, tmp_path / "run", "implicit")
     assert _without_usage(converted) == _without_usage(expected)
+
+
+loopback = _load("loopback_for_lmms", REPO / "tests" / "llm" / "loopback.py")
+
+
+def by_question(turn_text: str) -> str:
+    """A reply chosen by the turn's own text (what both harnesses can see of a request)."""
+    digest = hashlib.sha256(turn_text.encode("utf-8")).digest()
+    return REPLIES[int.from_bytes(digest[:4], "big") % len(REPLIES)]
+
+
+def flat_turn_text(flat: str) -> str:
+    """The turn's text in a flattened request: what follows its last ``[Question n]``."""
+    return re.split(r"\[Question \d+\]\n", flat)[-1]
+
+
+def _server_reply(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    text = content if isinstance(content, str) else "".join(
+        p.get("text", "") for p in content if p.get("type") == "text")
+    return by_question(flat_turn_text(text))
+
+
+@register_model("chexpercept_scripted_generate_until")
+class FlatSimple(lmms):
+    """A simple class with no multi-round generation: only ``generate_until``."""
+
+    is_simple = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, int]] = []
+
+    def loglikelihood(self, requests):
+        raise NotImplementedError
+
+    def generate_until(self, requests):
+        out = []
+        for request in requests:
+            ctx, _gen, doc_to_visual, doc_id, task, split = request.args
+            self.sent.append((ctx, len(doc_to_visual(self.task_dict[task][split][doc_id]))))
+            out.append(by_question(flat_turn_text(ctx)))
+        return out
+
+    def generate_until_multi_round(self, requests):
+        raise NotImplementedError
+
+
+def _assert_same_scores(samples: dict[str, Any], expected: dict[str, Any], setting: str) -> None:
+    assert list(samples) == list(expected)
+    for key_id, want in expected.items():
+        case = samples[key_id]["chexpercept_case"]
+        assert case["finished"] and case["oracle_setting"] == setting
+        for metric, section in SECTIONS.items():
+            flag = float(want[section]["correct"]) if want[section] else None
+            assert samples[key_id][metric] == flag, (key_id, metric)
+        for name, idx in want["_chat_history_idx"].items():
+            entry = want["chat_history"][idx]
+            assert case["turns"][name]["raw"] == (entry[3] if len(entry) > 3 else entry[2])
+
+
+@pytest.mark.parametrize("setting", ["none", "implicit"])
+def test_flat_task_through_lmms_eval_openai_class(bench, tmp_path, setting):
+    """``chexpercept_flat_*`` with lmms-eval's own ``openai`` class against a loopback
+    OpenAI-compatible server: each round one user message (the flattened request and all its
+    images); per-case scores equal Stage 03's for the same replies."""
+    from lmms_eval.models.chat.openai import OpenAICompatible
+
+    with loopback.LoopbackServer(answer=_server_reply) as server:
+        model = OpenAICompatible(model_version="loopback-vlm", base_url=server.base_url,
+                                 api_key="sk-local-test", httpx_trust_env=False,
+                                 max_retries=1, num_concurrent=1)
+        samples, _ = run_lmms(model, f"flat_{setting}")
+        bodies = [seen.body for seen in server.seen]
+    expected, requests = run_stage03(bench, tmp_path / "run", setting,
+                                     answer=lambda r: by_question(r.messages[-1].text))
+    _assert_same_scores(samples, expected, setting)
+    assert len(bodies) == len(requests)  # one API call per turn
+    sent_images = sorted(sum(p.get("type") == "image_url" for p in b["messages"][-1]["content"])
+                         for b in bodies)
+    assert sent_images == sorted(sum(len(m.images) for m in r.messages)
+                                 for r in requests.values())
+    assert all(len(b["messages"]) == 1 for b in bodies)  # one user message, no system
+
+
+def test_flat_task_through_a_simple_class_with_only_generate_until(bench, tmp_path):
+    model = FlatSimple()
+    samples, _ = run_lmms(model, "flat_explicit")
+    expected, requests = run_stage03(bench, tmp_path / "run", "explicit",
+                                     answer=lambda r: by_question(r.messages[-1].text))
+    _assert_same_scores(samples, expected, "explicit")
+    assert len(model.sent) == len(requests)
+    assert any("Ground Truth Provided" in ctx for ctx, _ in model.sent)

@@ -16,6 +16,11 @@ replaced by the ground truth; ``explicit``: the "Ground Truth Provided" paragrap
 - simple models take one user text and a list of images per round, so the same request is
   flattened into one text (:func:`flatten_request`) with all its images, in order.
 
+Most lmms-eval model classes (its API ones included) have no multi-round generation; the
+``chexpercept_flat_*`` tasks reach them through lmms-eval's ``generate_until_agentic``, in which
+lmms-eval's evaluator asks each round through the class's ``generate_until`` and calls
+:func:`doc_to_text_flat` after each: every class then gets the flattened request.
+
 A round that comes back empty is what lmms-eval's API model classes return when a request
 failed, so it is taken as no answer (a fault, docs/engines.md, "Faults"): the case stops there,
 is left unscored and is counted under ``unfinished``, never as a wrong answer.
@@ -29,12 +34,13 @@ are built.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chexpercept.errors import ConfigError, InputError
+from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, validate_bundle
 from chexpercept.evaluation.dialogue import (
     ORACLE_SETTINGS,
@@ -49,6 +55,10 @@ from utils.imaging import load_image
 
 #: Environment variable naming the bundle the task reads (docs/integrations.md, "lmms-eval").
 BENCHMARK_DIR_ENV = "CHEXPERCEPT_BENCHMARK_DIR"
+
+#: The key under which :func:`doc_to_text_flat` hands every reply of a case back to lmms-eval
+#: (a ``generate_until_agentic`` task keeps only the last "reply" of a doc).
+FLAT_REPLIES_KEY = "chexpercept_replies"
 
 #: The per-stage metrics of :func:`process_results`: metric name -> the ``all_results.json``
 #: section whose turns it scores (docs/evaluation_protocol.md, "Scoring").
@@ -293,10 +303,46 @@ def doc_to_messages(doc: Mapping[str, Any],
     return request_messages(prepared), False, outputs, previous_round_info
 
 
-def _rounds(results: Sequence[Any]) -> list[Any]:
-    """The round replies of one doc from what lmms-eval hands ``process_results``."""
+def doc_to_text_flat(doc: Mapping[str, Any],
+                     lmms_eval_specific_kwargs: Mapping[str, Any] | None = None,
+                     round_idx: int | None = None, previous_output: Sequence[Any] | None = None,
+                     previous_round_info: Any = None) -> Any:
+    """lmms-eval ``doc_to_text`` of the ``chexpercept_flat_*`` tasks (``generate_until_agentic``).
+
+    As :func:`doc_to_text`, except that the last call hands back every reply as one JSON
+    string ``{"chexpercept_replies": [...]}`` in place of the replies (lmms-eval keeps only the
+    last one of such a task for ``process_results``).
+    """
+    if round_idx is None:
+        return doc_to_text(doc, lmms_eval_specific_kwargs)
+    images, text, terminal, outputs, info = doc_to_text(
+        doc, lmms_eval_specific_kwargs, round_idx, previous_output, previous_round_info)
+    if terminal:
+        texts = [_reply_text(o) for o in outputs]
+        return images, text, True, [json.dumps({FLAT_REPLIES_KEY: texts})], info
+    return images, text, False, outputs, info
+
+
+def _rounds(doc: Mapping[str, Any], results: Sequence[Any]) -> list[Any]:
+    """The round replies of one doc from what lmms-eval hands ``process_results``.
+
+    A multi-round task hands one list of replies; a ``chexpercept_flat_*`` task one string,
+    :func:`doc_to_text_flat`'s JSON.
+
+    Raises:
+        SchemaError: If a flat task's result is not that JSON (lmms-eval stopped the rounds,
+            e.g. at its ``max_agentic_steps``); names the key_id.
+    """
     if len(results) == 1 and isinstance(results[0], (list, tuple)):
         return list(results[0])
+    if len(results) == 1 and isinstance(results[0], str):
+        try:
+            data = json.loads(results[0])
+            return list(data[FLAT_REPLIES_KEY])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise SchemaError(f"{doc['key_id']}: lmms-eval handed back {results[0]!r:.200} "
+                              f"instead of the case's replies (did it stop the rounds early?)"
+                              ) from exc
     return list(results)
 
 
@@ -352,7 +398,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any], *,
         -> :func:`score_case`'s dict plus ``benchmark_dir`` (logged with the samples, read by
         :mod:`chexpercept.integrations.lmms_eval_samples`).
     """
-    scored = {**score_case(_case(doc), setting, _rounds(results)),
+    scored = {**score_case(_case(doc), setting, _rounds(doc, results)),
               "benchmark_dir": str(doc["benchmark_dir"])}
     out: dict[str, Any] = {}
     for metric, section in STAGE_METRICS.items():
