@@ -381,6 +381,15 @@ def all_results_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "all_results.json"
 
 
+def sample_results_path(run_dir: str | Path, sample: int) -> Path:
+    """``<run_dir>/all_results_sample_<k>.json``: sample k >= 1 of a ``--samples K`` run.
+
+    Release-shaped like ``all_results.json``, which holds sample 0 (docs/evaluation_protocol.md,
+    "Sampling").
+    """
+    return Path(run_dir) / f"all_results_sample_{int(sample)}.json"
+
+
 def records_path(run_dir: str | Path) -> Path:
     """``<run_dir>/records.jsonl``: one line per finished case/turn (resume log)."""
     return Path(run_dir) / "records.jsonl"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from chexpercept import schema
-from chexpercept.errors import ConfigError, SchemaError
+from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.files import (
     append_jsonl,
     read_json,
@@ -42,17 +42,30 @@ from chexpercept.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from chexpercept.layouts import all_results_path, faults_path, records_path, run_manifest_path
+from chexpercept.layouts import (
+    all_results_path,
+    faults_path,
+    records_path,
+    run_manifest_path,
+    sample_results_path,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Manifest fields that must match for a run to be resumed (or parts to be merged).
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
-                   "sharding", "option_probs", "option_order")
+                   "sharding", "option_probs", "option_order",
+                   "sampling")
 #: The value of an identity field a manifest written before the field existed stands for
 #: (``option_order``: such a run showed the options in the release order).
 IDENTITY_DEFAULTS: dict[str, Any] = {"option_order": "release"}
+#: Manifest field of a ``--samples K`` run with K > 1 (an identity field): ``samples`` (K) and
+#: ``seeds`` (each sample's seed, ``rng.sample_seed``); absent for K = 1.
+SAMPLING_FIELD = "sampling"
+#: Record and fault field of a sample k >= 1 (K > 1 runs record it for every sample; absent
+#: means sample 0).
+SAMPLE_FIELD = "sample"
 #: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
 SELECTION_FIELD = "selection"
 #: fsync ``records.jsonl`` after this many appended records ...
@@ -227,29 +240,55 @@ class RunStore:
         self._repair(self.records_path)
         return self.read_records()
 
+    def load_sample_records(self) -> dict[int, Records]:
+        """Repair a torn last line, then :meth:`read_sample_records` (the run's own writer).
+
+        Raises:
+            SchemaError: See :meth:`read_sample_records`.
+        """
+        self._repair(self.records_path)
+        return self.read_sample_records()
+
     def read_records(self) -> Records:
-        """The records indexed by key_id and turn, read only.
+        """The records of sample 0 indexed by key_id and turn, read only.
 
         The file is not touched (a run may still be appending to it): a torn last line is
         skipped, not repaired. A duplicate (key_id, turn) keeps its first record (logged).
+        Samples k >= 1 of a ``--samples K`` run: :meth:`read_sample_records`.
 
         Raises:
             SchemaError: On a line that is not JSON or a record without ``key_id``/``turn``.
         """
-        by_case: Records = {}
+        return self.read_sample_records().get(0, {})
+
+    def read_sample_records(self) -> dict[int, Records]:
+        """Sample index -> its records, indexed as :meth:`read_records`.
+
+        Sample 0 holds every record without a ``sample`` field.
+
+        Raises:
+            SchemaError: On a line that is not JSON, a record without ``key_id``/``turn`` or
+                with a ``sample`` that is not an integer >= 0.
+        """
+        by_sample: dict[int, Records] = {}
         for rec in read_jsonl(self.records_path):
             try:
                 key_id, turn = rec["key_id"], rec["turn"]
-            except (KeyError, TypeError):
+                sample = rec.get(SAMPLE_FIELD, 0)
+            except (KeyError, TypeError, AttributeError):
                 raise SchemaError(f"{self.records_path}: record without key_id/turn: "
                                   f"{rec!r}") from None
-            turns = by_case.setdefault(key_id, {})
+            if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+                raise SchemaError(f"{self.records_path}: {key_id}/{turn}: '{SAMPLE_FIELD}' "
+                                  f"must be an integer >= 0, got {sample!r}")
+            turns = by_sample.setdefault(sample, {}).setdefault(key_id, {})
             if turn in turns:
-                logger.warning("%s: duplicate record for %s/%s; keeping the first",
-                               self.records_path, key_id, turn)
+                logger.warning("%s: duplicate record for %s/%s%s; keeping the first",
+                               self.records_path, key_id, turn,
+                               f" (sample {sample})" if sample else "")
                 continue
             turns[turn] = rec
-        return by_case
+        return by_sample
 
     def recorded_turns(self) -> dict[str, set[str]]:
         """key_id -> the turn names that have a record (read only: no repair)."""
@@ -293,11 +332,18 @@ class RunStore:
             out.append(entry)
         return out
 
-    def unanswered(self, records: Records) -> dict[str, str]:
-        """key_id -> reason of the last fault whose turn still has no record."""
+    def unanswered(self, records: Records, sample: int = 0) -> dict[str, str]:
+        """key_id -> reason of the last fault of ``sample`` whose turn still has no record.
+
+        Args:
+            records: The sample's records.
+            sample: Sample index (a fault without a ``sample`` field is sample 0's).
+        """
         out: dict[str, str] = {}
         for rec in self._faults():
             key_id, turn = rec.get("key_id"), rec.get("turn")
+            if rec.get(SAMPLE_FIELD, 0) != sample:
+                continue
             if isinstance(key_id, str) and turn not in records.get(key_id, {}):
                 out[key_id] = str(rec.get("error") or "no answer")
         return out
@@ -314,6 +360,48 @@ class RunStore:
         members = list(members)
         write_text_atomic(self.results_path, "{\n  " + ",\n  ".join(members) + "\n}\n"
                              if members else "{}\n")
+
+    def sample_results_path(self, sample: int) -> Path:
+        """The results file of ``sample`` (``all_results.json`` for 0).
+
+        Sample k >= 1: ``all_results_sample_<k>.json`` (``layouts.sample_results_path``).
+        """
+        return self.results_path if sample == 0 else sample_results_path(self.run_dir, sample)
+
+    def write_sample_results(self, sample: int, members: Iterable[str]) -> None:
+        """:meth:`write_results` of sample ``sample`` (k >= 1: its own file)."""
+        members = list(members)
+        write_text_atomic(self.sample_results_path(sample),
+                          "{\n  " + ",\n  ".join(members) + "\n}\n" if members else "{}\n")
+
+    def samples(self) -> int:
+        """K of a ``--samples K`` run, from the manifest (1 without one or for K = 1).
+
+        Raises:
+            SchemaError: If the manifest's ``sampling.samples`` is not an integer >= 1.
+        """
+        manifest = self.read_manifest() or {}
+        sampling = manifest.get(SAMPLING_FIELD)
+        if sampling is None:
+            return 1
+        k = sampling.get("samples") if isinstance(sampling, dict) else None
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SchemaError(f"{self.manifest_path}: '{SAMPLING_FIELD}.samples' must be an "
+                              f"integer >= 1, got {k!r}")
+        return k
+
+    def read_sample_results(self, sample: int) -> Any:
+        """The parsed results of sample ``sample`` (not validated; Stage 04 validates them).
+
+        Raises:
+            InputError: If the file is missing.
+            SchemaError: If it is not valid JSON.
+        """
+        path = self.sample_results_path(sample)
+        if not path.is_file():
+            raise InputError(f"{path}: missing (sample {sample} of the --samples run in "
+                             f"{self.run_dir}; re-run Stage 03 to finish it)")
+        return read_json(path)
 
     def read_results(self, *, validate: bool = True, missing_ok: bool = True) -> Any:
         """The parsed ``all_results.json``.

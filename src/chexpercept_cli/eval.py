@@ -290,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "then reports AUROC for detection and contour evaluation "
                              "(docs/metrics.md, 'Option probabilities and AUROC'). Part of the "
                              "run's identity (default: off).")
+    parser.add_argument("--samples", type=positive_int, default=1,
+                        help="Ask each case K times as K independent dialogues, sample k with "
+                             "its own seed derived from --seed (needs a provider that samples, "
+                             "e.g. --temperature T > 0; docs/evaluation_protocol.md, "
+                             "'Sampling'); part of the run's identity (default: %(default)s, "
+                             "the release's protocol).")
     _add_provider_args(parser)
     add_ray_replica_args(parser)
     add_common_args(parser, seed=True, parts=True)
@@ -356,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         give_up_unanswered=args.give_up_unanswered, option_probs=args.option_probs,
         option_order=args.option_order,
         progress=progress, on_run_dir=start_log,
-        ray=ray,
+        ray=ray, samples=args.samples,
         provider_options=options)
     logger.info("%s", summary.line())
     return unfinished_exit_code(summary)

@@ -76,11 +76,15 @@ class TurnRequest:
             ``multi_select``, ``option_texts``, ``none_index``), for baseline providers; real
             models never see it. The ground truth is never in a request: providers that must
             know it get it through :meth:`ChatModel.set_answer_key`.
+        seed: This request's sampling seed (one sample of ``--samples K``; Stage 03 derives it
+            from the run seed, ``chexpercept.rng``), used instead of the configured ``seed``
+            by a provider that takes a seed per request; None: the configured seed.
     """
 
     messages: tuple[Message, ...]
     request_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse images in an assistant message before any provider sees the request.
@@ -252,6 +256,34 @@ class ChatModel(abc.ABC):
 
     #: A ``--model`` value the messages may give as an example ("" for none).
     example_model: ClassVar[str] = ""
+
+    #: How the provider answers ``--samples K`` > 1 (docs/evaluation_protocol.md, "Sampling"):
+    #: ``"temperature"`` samples at its ``temperature`` option (which must be > 0) with each
+    #: request's :attr:`TurnRequest.seed`; ``"seeded"`` draws from each request's seed (the
+    #: ``random`` baseline); ``"deterministic"`` gives the same answer to every sample by design
+    #: (``dummy``, ``oracle``: their spread is 0, not unknown); None cannot sample (greedy
+    #: decoding only, or no temperature option): K > 1 is refused.
+    sampling: ClassVar[str | None] = None
+
+    @classmethod
+    def sampling_refusal(cls, model: str, options: Mapping[str, Any]) -> str | None:
+        """Why this provider cannot give independent samples (``--samples K`` > 1), or None.
+
+        Args:
+            model: ``--model``.
+            options: The provider options of the run (``temperature`` among them).
+
+        Returns:
+            None when K > 1 is honoured; else the reason, for the refusal's message.
+        """
+        if cls.sampling is None:
+            return "it cannot sample (greedy decoding, or no temperature option)"
+        if cls.sampling == "temperature":
+            temperature = options.get("temperature")
+            if temperature is None or not temperature > 0:
+                return ("it needs --temperature T > 0 (at temperature 0 every sample is the "
+                        "same greedy answer)")
+        return None
 
     @classmethod
     def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float

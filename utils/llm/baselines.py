@@ -44,6 +44,7 @@ class DummyModel(ChatModel):
     kind = "baseline"
     description = "always option 1"
     config_class = ProviderConfig
+    sampling = "deterministic"
 
     def __init__(self, model: str = "baseline", config: ProviderConfig | None = None,
                  **options: Any) -> None:
@@ -59,7 +60,9 @@ class RandomModel(ChatModel):
     """Uniform random guesser (chance baseline), reproducible per request.
 
     Each request draws from ``numpy.random.default_rng([seed, stable_hash(request_id)])``, so the
-    answer depends only on the run seed and the request id (not on batch order or resume).
+    answer depends only on the run seed and the request id (not on batch order or resume); a
+    request's own seed (``TurnRequest.seed``, one sample of ``--samples K``) replaces the run
+    seed.
     Single choice: uniform over the options. Multi-select: uniform over the valid answer sets,
     i.e. every non-empty subset of the non-None options, plus the None option alone.
     """
@@ -68,6 +71,7 @@ class RandomModel(ChatModel):
     kind = "baseline"
     description = "seeded uniform answers"
     config_class = RandomConfig
+    sampling = "seeded"
 
     def __init__(self, model: str = "baseline", config: RandomConfig | None = None,
                  **options: Any) -> None:
@@ -80,7 +84,8 @@ class RandomModel(ChatModel):
         return {**super().describe(), "seed": self.seed}
 
     def _answer(self, request: TurnRequest) -> str:
-        rng = np.random.default_rng([self.seed, stable_hash(request.request_id)])
+        seed = self.seed if request.seed is None else int(request.seed)
+        rng = np.random.default_rng([seed, stable_hash(request.request_id)])
         num_options = int(_require_meta(request, "num_options"))
         if not _require_meta(request, "multi_select"):
             return format_answer(int(rng.integers(1, num_options + 1)))
@@ -110,6 +115,7 @@ class OracleModel(ChatModel):
     kind = "baseline"
     description = "the ground truth, checks the chain"
     config_class = ProviderConfig
+    sampling = "deterministic"
     needs_answer_key = True
 
     def __init__(self, model: str = "baseline", config: ProviderConfig | None = None,

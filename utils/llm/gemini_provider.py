@@ -102,6 +102,7 @@ class GeminiChatModel(ApiChatModel):
     example_model = "gemini-3.1-pro-preview"
     description = "Gemini Developer API or Vertex AI"
     config_class = GeminiConfig
+    sampling = "temperature"
 
     def __init__(self, model: str, config: GeminiConfig | None = None, *,
                  retry_policy: RetryPolicy | None = None, http_client: Any = None,
@@ -236,8 +237,10 @@ class GeminiChatModel(ApiChatModel):
 
     def _kwargs(self, request: TurnRequest) -> dict[str, Any]:
         system, contents = self.build_contents(request)
-        config = self._types.GenerateContentConfig(system_instruction=system,
-                                                   **self.config_params())
+        params = self.config_params()
+        if request.seed is not None:  # one sample of --samples K: its own seed
+            params["seed"] = int(request.seed)
+        config = self._types.GenerateContentConfig(system_instruction=system, **params)
         return {"model": self.model, "contents": contents, "config": config}
 
     def _call(self, request: TurnRequest) -> Any:

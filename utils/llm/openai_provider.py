@@ -242,8 +242,17 @@ class OpenAIChatModel(ApiChatModel):
                    "--base-url")
     config_class = OpenAIConfig
     supports_logprobs = True
+    sampling = "temperature"
     _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
     _section = "openai"
+
+    @classmethod
+    def sampling_refusal(cls, model: str, options: Mapping[str, Any]) -> str | None:
+        """As :meth:`ChatModel.sampling_refusal`; a reasoning model takes no temperature."""
+        if is_reasoning_model(model):
+            return (f"{model} is a reasoning model, which is never sent a temperature or a "
+                    f"seed (docs/evaluation_protocol.md, 'Providers')")
+        return super().sampling_refusal(model, options)
 
     def __init__(self, model: str, config: OpenAIConfig | None = None, *,
                  retry_policy: RetryPolicy | None = None, http_client: Any = None,
@@ -370,16 +379,27 @@ class OpenAIChatModel(ApiChatModel):
                    if self.concurrency_rule is not None else {})}
 
     # -- calls ----------------------------------------------------------------------------
+    def _params(self, request: TurnRequest) -> dict[str, Any]:
+        """:meth:`request_params` with the request's own ``seed`` where one is sent.
+
+        A sample of ``--samples K`` carries its seed (``TurnRequest.seed``); reasoning models
+        are sent none.
+        """
+        params = self.request_params()
+        if request.seed is not None and "seed" in params:
+            params["seed"] = int(request.seed)
+        return params
+
     def _body(self, request: TurnRequest) -> dict[str, Any]:
         """The request body as a dict (reference of :meth:`_encoded_body`; tests)."""
         return {"model": self.api_model,
                 "messages": build_messages(request, self.images, self.image_detail),
-                **self.request_params()}
+                **self._params(request)}
 
     def _encoded_body(self, request: TurnRequest) -> bytes:
         """The body bytes (:func:`encode_body`; the SDK's JSON of :meth:`_body`)."""
         return encode_body(self.api_model, request, self.images, self.image_detail,
-                           self.request_params())
+                           self._params(request))
 
     def _post_body(self, request: TurnRequest) -> dict[str, Any]:
         """Body keyword of ``client.post``: the pre-encoded bytes as ``content``."""

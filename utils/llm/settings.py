@@ -426,8 +426,10 @@ class OpenAIConfig(ApiConfig):
     server_wait_s: float = option(DEFAULT_SERVER_WAIT_S, number(at_least=0), "--server-wait")
     """With ``base_url``: seconds to wait for a server that is still starting (default 900;
     0 checks once)."""
-    temperature: float | None = option(None, number(at_least=0, optional=True))
-    """Non-reasoning models only (None: 0.0); never sent to reasoning models."""
+    temperature: float | None = option(None, number(at_least=0, optional=True),
+                                       "--temperature")
+    """Sampling temperature, non-reasoning models only (None: 0.0); never sent to reasoning
+    models. ``--samples K`` > 1 needs it > 0 (docs/evaluation_protocol.md, "Sampling")."""
     seed: int = option(0, integer(), "--seed")
     """Sent to non-reasoning models."""
     no_thinking: bool = option(False, boolean(), "--no-thinking")
@@ -491,8 +493,10 @@ class GeminiConfig(ApiConfig):
     """``max_output_tokens`` per call (default 8192, the release's)."""
     max_new_tokens: int | None = option(None, integer(1, optional=True), "--max-new-tokens")
     """Replaces ``max_output_tokens`` when given."""
-    temperature: float | None = option(None, number(at_least=0, optional=True))
-    """None: 1.0 for Gemini 3 (the release's and Google's advice), else 0.0."""
+    temperature: float | None = option(None, number(at_least=0, optional=True),
+                                       "--temperature")
+    """Sampling temperature; None: 1.0 for Gemini 3 (the release's and Google's advice), else
+    0.0. ``--samples K`` > 1 needs it given and > 0."""
     seed: int = option(0, integer(), "--seed")
     """Sent with every call."""
     no_thinking: bool = option(False, boolean(), "--no-thinking")

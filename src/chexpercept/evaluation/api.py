@@ -160,6 +160,42 @@ def check_option_probs(cls: type[ChatModel], provider: str) -> None:
                       f"providers that can: {', '.join(able)}")
 
 
+def check_samples(samples: int, provider: str, model: str, options: Mapping[str, Any], *,
+                  part: int | None = None, ray: RayReplicas | None = None) -> None:
+    """Refuse ``--samples K`` where it cannot be honoured: never silently fewer samples.
+
+    See docs/evaluation_protocol.md, "Sampling".
+
+    Args:
+        samples: K (>= 1).
+        provider: Provider registry name or plugin spec.
+        model: Model name.
+        options: The provider options (``temperature`` among them).
+        part: ``--part`` of a sharded run, or None.
+        ray: The ``--ray`` settings, or None.
+
+    Raises:
+        ConfigError: For K < 1; for K > 1 with a provider that cannot sample
+            (``ChatModel.sampling_refusal``: no temperature, temperature 0, a reasoning model),
+            a sharded run (the part merge carries sample 0 only) or Ray replicas (they
+            rebuild one dialogue per case).
+    """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError(f"--samples must be an integer >= 1, got {samples!r}")
+    if samples == 1:
+        return
+    why = provider_class(provider).sampling_refusal(model, options)
+    if why is not None:
+        raise ConfigError(f"--samples {samples} with --provider {provider} (model {model}): "
+                          f"{why}; use --samples 1")
+    if part is not None:
+        raise ConfigError(f"--samples {samples} cannot be sharded yet (--part/--total-parts: "
+                          f"the part merge carries sample 0 only); run it unsharded")
+    if ray is not None:
+        raise ConfigError(f"--samples {samples} cannot run on Ray replicas yet (--ray: a "
+                          f"replica rebuilds one dialogue per case); run it without --ray")
+
+
 def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Path,
              model: str | None = None, oracle_setting: str = "implicit",
              no_thinking: bool = False, seed: int = 0, limit: int | None = None,
@@ -172,7 +208,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              provider_options: Mapping[str, Any] | None = None,
              progress: Callable[..., Iterable[int]] | None = None,
              on_run_dir: Callable[[Path], Any] | None = None,
-             ray: RayReplicas | None = None) -> RunSummary:
+             ray: RayReplicas | None = None, samples: int = 1) -> RunSummary:
     """Evaluate a provider on the selected cases (or resume its run) and write the run folder.
 
     API providers (and ``--vllm-engine async``) run cases as concurrent pipelines; offline
@@ -215,14 +251,17 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         ray: Run N replicas of the provider on a Ray cluster (``--ray``/``--replicas``;
             :mod:`chexpercept.evaluation.replicas`); None runs one engine here. The run
             folder is the same either way.
+        samples: Ask each case K times as K independent dialogues (``--samples``;
+            docs/evaluation_protocol.md, "Sampling"); 1 is the release's protocol.
 
     Returns:
         The run summary (``unfinished`` lists cases left without an answer).
 
     Raises:
         ConfigError: On bad settings, an unknown provider option, ``option_probs`` for a
-            provider that cannot return log-probabilities (``supports_logprobs``), or a run
-            folder with another manifest.
+            provider that cannot return log-probabilities (``supports_logprobs``), a run folder
+            with another manifest, or ``samples`` > 1 where it cannot be honoured
+            (:func:`check_samples`).
         ProviderError: On a fault that stops the run (credentials, quota, unknown model, a
             first turn over the context, a dead server); ``EngineStartError`` for an offline
             engine that cannot start (raised before the run folder is opened).
@@ -234,6 +273,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         provider_options = {**dict(provider_options or {}), "top_logprobs": OPTION_PROBS_TOP_K}
     check_option_order(option_order, replicas=ray is not None)
     model_name = model or default_model(provider)
+    check_samples(samples, provider, model_name, dict(provider_options or {}), part=part,
+                  ray=ray)
     if ray is not None:
         check_ray_provider(provider, model_name, provider_options or {})
     bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
@@ -252,7 +293,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
                             per_path_limit=per_path_limit,
                             max_consecutive_faults=max_consecutive_faults,
                             give_up_unanswered=give_up_unanswered, option_probs=option_probs,
-                            option_order=option_order)
+                            option_order=option_order, samples=samples)
     if ray is not None:  # N replicas, each an actor holding one engine; same run folder
         return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
                                overwrite=overwrite, progress=progress)
@@ -261,6 +302,10 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
         budgets = check_budget(cases, chat_model)  # before the offline engine loads
         chat_model.start()  # an engine that cannot start leaves no manifest, no record
+        if samples > 1 and chat_model.kv_cache() is not None:
+            raise ConfigError(f"--samples {samples}: the KV-cache window of --provider "
+                              f"{provider} keeps one dialogue per case and cannot hold "
+                              f"{samples} samples yet; use --samples 1")
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
                     model_name, oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier

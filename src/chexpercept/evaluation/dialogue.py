@@ -54,20 +54,21 @@ def system_prompt_sha256(text: str = SYSTEM_PROMPT) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def request_id(key_id: str, turn_name: str) -> str:
+def request_id(key_id: str, turn_name: str, sample: int = 0) -> str:
     """The id of one turn's request: ``<key_id>/<turn name>`` (logs, records, answer keys).
 
     A rotation of a circular run (turn name ``<name>@r<k>``) is its own dialogue branch:
-    ``<key_id>@r<k>/<name>`` (docs/evaluation_protocol.md, "Option order").
+    ``<key_id>@r<k>/<name>`` (docs/evaluation_protocol.md, "Option order"). Sample k >= 1 of a
+    ``--samples K`` run appends ``/sample<k>`` (docs/evaluation_protocol.md, "Sampling"), so its
+    draws and logs differ from sample 0's.
     """
     name, mark, k = turn_name.partition(ROTATION_MARK)
-    if mark:
-        return f"{key_id}{ROTATION_MARK}{k}/{name}"
-    return f"{key_id}/{turn_name}"
+    base = f"{key_id}{ROTATION_MARK}{k}/{name}" if mark else f"{key_id}/{turn_name}"
+    return f"{base}/sample{sample}" if sample else base
 
 
-def answer_key(cases: Iterable[EvalCase]) -> dict[str, int | tuple[int, ...]]:
-    """request_id -> ground truth of every turn of ``cases``.
+def answer_key(cases: Iterable[EvalCase], samples: int = 1) -> dict[str, int | tuple[int, ...]]:
+    """request_id -> ground truth of every turn of ``cases`` (each of ``samples`` samples).
 
     The one channel by which a provider may learn the answers (the ``oracle`` baseline); no
     request carries them (docs/evaluation_protocol.md, "Providers").
@@ -76,8 +77,8 @@ def answer_key(cases: Iterable[EvalCase]) -> dict[str, int | tuple[int, ...]]:
         A 1-based option as displayed (docs/evaluation_protocol.md, "Option order"), or the
         sorted tuple of options of a multi-select question, per request id.
     """
-    return {request_id(case.key_id, turn.spec.name): turn.displayed_ground_truth
-            for case in cases for turn in case.turns}
+    return {request_id(case.key_id, turn.spec.name, k): turn.displayed_ground_truth
+            for case in cases for turn in case.turns for k in range(samples)}
 
 
 def answer_text(ground_truth: int | tuple[int, ...] | list[int]) -> str:
@@ -202,6 +203,9 @@ class Dialogue:
         history_idx: Turn name -> index into ``history`` (``_chat_history_idx``).
         outcomes: Turn name -> outcome (rotations of a circular run included; they never
             enter ``history``).
+        sample: Sample index of a ``--samples K`` run (0: the release-shaped one).
+        seed: The sample's seed sent with each request (``TurnRequest.seed``); None (a
+            one-sample run): the provider's configured seed.
     """
 
     case: EvalCase
@@ -210,6 +214,8 @@ class Dialogue:
     history: list[list[Any]] = field(default_factory=list)
     history_idx: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, TurnOutcome] = field(default_factory=dict)
+    sample: int = 0
+    seed: int | None = None
     _images: list[tuple[Path, ...]] = field(default_factory=list)
     _asked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -311,8 +317,9 @@ class Dialogue:
         meta = {"num_options": turn.num_options, "multi_select": turn.multi_select,
                 "option_texts": list(turn.option_texts), "none_index": turn.none_index}
         request = TurnRequest(messages=tuple(messages),
-                              request_id=request_id(self.case.key_id, turn.spec.name),
-                              meta=meta)
+                              request_id=request_id(self.case.key_id, turn.spec.name,
+                                                    self.sample),
+                              meta=meta, seed=self.seed)
         return PreparedTurn(turn=turn, text=text, oracle=oracle, request=request)
 
     def commit(self, prepared: PreparedTurn, outcome: TurnOutcome) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept import schema
-from chexpercept.errors import ConfigError, ProviderError
+from chexpercept.errors import ConfigError, ProviderError, SchemaError
 from chexpercept.evaluation.cases import Bundle, EvalCase, PlannedTurn, plan_cases
 from chexpercept.evaluation.dialogue import (
     ORACLE_SETTINGS,
@@ -40,9 +40,12 @@ from chexpercept.evaluation.scoring import is_correct
 from chexpercept.files import to_jsonable
 from chexpercept.layouts import repo_root
 from chexpercept.provenance import SCHEMA_VERSION, provenance, redact_secrets
+from chexpercept.rng import sample_seed
 from chexpercept.run_store import (
     FSYNC_EVERY,
     FSYNC_INTERVAL_S,
+    SAMPLE_FIELD,
+    SAMPLING_FIELD,
     SELECTION_FIELD,
     RunStore,
 )
@@ -96,6 +99,9 @@ class EvalSettings:
             (:mod:`chexpercept.evaluation.option_probs`); an identity field of the run.
         option_order: ``release`` (the paper's), ``shuffled`` or ``circular``
             (``--option-order``; docs/evaluation_protocol.md, "Option order").
+        samples: K of ``--samples K``: each case is asked K times, as K independent
+            dialogues, sample k with seed ``rng.sample_seed(seed, k)``
+            (docs/evaluation_protocol.md, "Sampling"); 1: the release's one dialogue.
     """
 
     provider: str
@@ -113,6 +119,11 @@ class EvalSettings:
     give_up_unanswered: bool = False
     option_probs: bool = False
     option_order: str = "release"
+    samples: int = 1
+
+    def sample_seeds(self) -> list[int]:
+        """The seed of each sample, sample 0 first (:func:`chexpercept.rng.sample_seed`)."""
+        return [sample_seed(self.seed, k) for k in range(self.samples)]
 
 
 @dataclass
@@ -238,6 +249,10 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
            if settings.part is not None else {}),
         # only with --option-probs, so the manifests of earlier runs stay equal (identity field)
         **({"option_probs": True} if settings.option_probs else {}),
+        # Only --samples K > 1 runs have it; an identity field, so a run is never resumed with
+        # another K (docs/evaluation_protocol.md, "Sampling").
+        **({SAMPLING_FIELD: {"samples": settings.samples, "seeds": settings.sample_seeds()}}
+           if settings.samples > 1 else {}),
         "benchmark_dir": str(bundle.source_dir or bundle.layout.root),
         **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -324,6 +339,8 @@ def record_fault(state: CaseState, prep: PreparedTurn, completion: Completion,
     logger.warning("%s: no answer, the case stays unfinished: %s", prep.request.request_id,
                    state.fault)
     store.append_fault({"key_id": key_id, "turn": prep.turn.spec.name,
+                        **({SAMPLE_FIELD: state.dialogue.sample} if state.dialogue.sample
+                           else {}),
                         "request_id": prep.request.request_id, "error": state.fault,
                         "attempts": completion.attempts,
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
@@ -551,8 +568,11 @@ class RunSession:
     Attributes:
         store: The run folder.
         settings: The run's settings.
-        states: Every case with records or selected, in benchmark order (replayed).
-        active_states: The selected cases' states, in selection order.
+        states: Every case with records or selected, in benchmark order (replayed); sample 0
+            of a ``--samples K`` run.
+        sample_states: Sample k >= 1 -> its states, as ``states`` (empty for K = 1).
+        active_states: The selected cases' states, in selection order (each case's K
+            samples in sample order).
         summary: The summary, with ``turns_resumed`` filled in.
         breaker: Stops the run when too many requests in a row get no answer.
         writer: Appends to ``records.jsonl`` (closed by :meth:`close`).
@@ -561,10 +581,12 @@ class RunSession:
     def __init__(self, store: RunStore, settings: EvalSettings, states: dict[str, CaseState],
                  active_states: list[CaseState], summary: RunSummary, *,
                  fsync_every: int = FSYNC_EVERY,
-                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> None:
+                 fsync_interval_s: float = FSYNC_INTERVAL_S,
+                 sample_states: dict[int, dict[str, CaseState]] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.states = states
+        self.sample_states = dict(sample_states or {})
         self.active_states = active_states
         self.summary = summary
         self.breaker = FaultBreaker(settings.max_consecutive_faults)
@@ -581,6 +603,11 @@ class RunSession:
         selected = {s.key_id for s in self.active_states}
         self.store.write_results(results_members(self.states.values(), self.settings.model,
                                                  self.store.results_path, selected))
+        for k, states in sorted(self.sample_states.items()):  # --samples: one file each
+            path = self.store.sample_results_path(k)
+            self.store.write_sample_results(k, results_members(states.values(),
+                                                               self.settings.model, path,
+                                                               selected))
         self.dirty = False
         return sum(s.dialogue.finished for s in self.states.values())
 
@@ -633,6 +660,9 @@ class RunSession:
         self.breaker.observe(completion)
         record = finish_turn(state, prep, completion, self.summary, self.settings.model,
                              batch_latency_s, option_probs=self.settings.option_probs)
+        if self.settings.samples > 1:  # which sample, and its seed (Sampling)
+            record.update({SAMPLE_FIELD: state.dialogue.sample,
+                           "sample_seed": state.dialogue.seed})
         record.update(extra or {})
         return record
 
@@ -692,9 +722,16 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if settings.save_every < 1:
         raise ConfigError(f"--save-every must be >= 1, got {settings.save_every}")
     check_option_order(settings.option_order)
+    if settings.samples < 1:
+        raise ConfigError(f"--samples must be >= 1, got {settings.samples}")
     store = RunStore(run_dir)
     store.open(build_manifest(settings, model, bundle), overwrite=overwrite)
-    records = store.load_records()
+    by_sample = store.load_sample_records()
+    records = by_sample.get(0, {})
+    stray = sorted(k for k in by_sample if k >= settings.samples)
+    if stray:  # the manifest's sampling field makes this a damaged file, not another K
+        raise SchemaError(f"{store.records_path}: records of sample(s) {stray} in a run of "
+                          f"{settings.samples} sample(s)")
 
     selected = {c.key_id for c in cases}
     extra_keys = [k for k in records if k not in selected and k in bundle.items]
@@ -706,33 +743,42 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     planned = {c.key_id: apply_option_order(c, settings.option_order, settings.seed)
                for c in (*cases, *plan_cases(bundle, extra_keys))}
     if model.needs_answer_key:  # the oracle's own channel; requests never carry the answers
-        model.set_answer_key(answer_key(planned.values()))
-    states = {key_id: CaseState(Dialogue(planned[key_id], settings.oracle_setting,
-                                         settings.system_prompt))
+        model.set_answer_key(answer_key(planned.values(), settings.samples))
+    seeds = settings.sample_seeds() if settings.samples > 1 else [None]
+    every = [{key_id: CaseState(Dialogue(planned[key_id], settings.oracle_setting,
+                                         settings.system_prompt, sample=k, seed=seed))
               for key_id in bundle.items if key_id in planned}
+             for k, seed in enumerate(seeds)]
+    states = every[0]
     summary = RunSummary(run_dir=store.run_dir, all_results_path=store.results_path,
                          cases_selected=len(cases),
                          # NA from the start for a model without a price, even with no call
                          cost_usd=0.0 if model.kind == "baseline"
                          or lookup(settings.model) is not None else None)
-    for key_id, state in states.items():
-        replayed = _replay(state, records.get(key_id, {}))
-        if key_id in selected:
-            summary.turns_resumed += replayed
+    for k, sample in enumerate(every):
+        for key_id, state in sample.items():
+            replayed = _replay(state, by_sample.get(k, {}).get(key_id, {}))
+            if key_id in selected:
+                summary.turns_resumed += replayed
     if summary.turns_resumed:
         logger.info("resume: %d turn(s) already recorded; not requested again",
                     summary.turns_resumed)
-    earlier = {k: v for k, v in store.unanswered(records).items() if k in selected}
+    earlier = [(k, key_id, reason) for k, sample in enumerate(every)
+               for key_id, reason in store.unanswered(by_sample.get(k, {}), k).items()
+               if key_id in selected]
     if earlier:
         if settings.give_up_unanswered:
-            for key_id, reason in earlier.items():
-                states[key_id].fault = reason
-            logger.warning("--give-up-unanswered: %d case(s) whose turn got no answer earlier "
-                           "are not asked again (counted as missing)", len(earlier))
+            for k, key_id, reason in earlier:
+                every[k][key_id].fault = reason
+            logger.warning("--give-up-unanswered: %d dialogue(s) whose turn got no answer "
+                           "earlier are not asked again (counted as missing)", len(earlier))
         else:
             logger.info("asking again %d turn(s) that got no answer earlier", len(earlier))
-    return RunSession(store, settings, states, [states[c.key_id] for c in cases], summary,
-                      fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
+    return RunSession(store, settings, states,
+                      [sample[c.key_id] for c in cases for sample in every], summary,
+                      fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
+                      sample_states=dict(enumerate(every))
+                      if settings.samples > 1 else None)
 
 
 def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
@@ -773,13 +819,15 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
 def finalize_summary(session: RunSession) -> RunSummary:
     """Count finished cases and statuses of the selected cases into the summary."""
     summary = session.summary
-    for state in session.active_states:
-        summary.cases_finished += state.dialogue.finished
+    cases = set()
+    for state in session.active_states:  # with --samples K, a case finishes with its K samples
+        cases.add(state.key_id)
         summary.statuses.update(o.parsed.status for o in state.dialogue.outcomes.values())
         if not state.dialogue.finished:
-            summary.unfinished[state.dialogue.case.key_id] = state.fault or NOT_REACHED
+            summary.unfinished.setdefault(state.key_id, state.fault or NOT_REACHED)
             if session.settings.give_up_unanswered and state.fault is not None:
-                summary.given_up.add(state.dialogue.case.key_id)
+                summary.given_up.add(state.key_id)
+    summary.cases_finished += len(cases) - len(summary.unfinished.keys() & cases)
     return summary
 
 
