@@ -546,3 +546,45 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0) -> CellStats
         n_boot = 0
     return CellStats(name=table.name, value=value, n=n.astype(np.int64), ci_low=low,
                      ci_high=high, n_boot=n_boot)
+
+
+def cluster_interval(case_means: np.ndarray, lowest: float, highest: float, *, n_boot: int,
+                     seed: int, label: str) -> tuple[float, float]:
+    """95% cluster-bootstrap interval of a mean over cases of a ``--samples K`` run.
+
+    Each case is a cluster of its K samples: cases are resampled with replacement and each
+    keeps its K samples together, so the interval holds the spread between cases and the
+    spread between samples (docs/metrics.md, "Sampling variance"). With K samples per case the
+    mean over cases and samples is the mean of the case means, so a resample is one
+    multinomial count row (:func:`_draw_counts`, label ``cluster:<label>``) times the case
+    means. The bounds are the expanded percentiles of :func:`expanded_levels` with n cases and
+    ``df = n - 1``; where no resample moves the mean (every case alike), the bound of
+    :func:`bootstrap_interval` for that case is used instead, so the interval is never
+    zero-width.
+
+    Args:
+        case_means: (n,) float64, each case's mean over its K samples, cases in key_id order
+            (the draws depend on the position only).
+        lowest: Lowest value a case mean can take (0 for an accuracy).
+        highest: Highest value (1 for an accuracy).
+        n_boot: Resamples B (0: no interval).
+        seed: Bootstrap seed.
+        label: Names the cell (the draws depend on it, the seed and n only).
+
+    Returns:
+        ``(low, high)``; NaN, NaN for fewer than :data:`MIN_BOOTSTRAP_CASES` cases or
+        ``n_boot`` 0.
+    """
+    values = np.asarray(case_means, dtype=np.float64)
+    n = len(values)
+    if n < MIN_BOOTSTRAP_CASES or n_boot <= 0:
+        return math.nan, math.nan
+    counts = _draw_counts(int(seed), f"cluster:{label}", n, int(n_boot))
+    means = counts.astype(np.float64) @ values / n
+    level = float(expanded_levels(np.array([n]), np.array([n - 1]))[0])
+    low, high = (float(x) for x in np.quantile(means, [level, 1 - level]))
+    if not high > low:
+        u = float(wilson_interval(np.zeros(1), np.array([float(n)]))[1][0])
+        mean = float(values.mean())
+        low, high = mean - u * (mean - lowest), mean + u * (highest - mean)
+    return low, high

@@ -55,6 +55,7 @@ from chexpercept.analysis.release_tables import (
     run_metrics,
 )
 from chexpercept.analysis.runs import RunRef
+from chexpercept.analysis.sampling import SAMPLING_COLUMNS
 from chexpercept.files import write_csv_atomic
 from chexpercept.lesions import QA_PATHS
 from chexpercept.run_store import RunStore
@@ -73,11 +74,12 @@ ERROR_CLASSES_CSV = "error_classes.csv"
 OPTION_POSITION_CSV = "option_position_accuracy.csv"
 ALWAYS_K_CSV = "always_k_baselines.csv"
 AUROC_CSV = "auroc.csv"
+SAMPLING_CSV = "sampling_variance.csv"
 #: The new CSVs, in writing order.
 EXTENDED_CSVS: tuple[str, ...] = (STAGE_CI_CSV, LESION_CSV, SUBQUESTION_CSV, FUNNEL_CSV,
                                   STATUS_CSV, DETECTION_CSV, ERROR_CONFUSION_CSV,
                                   ERROR_CLASSES_CSV, OPTION_POSITION_CSV, ALWAYS_K_CSV,
-                                  AUROC_CSV)
+                                  AUROC_CSV, SAMPLING_CSV)
 
 #: Identity columns of every new table (runs identified by provider, model and variant).
 ID_COLUMNS: tuple[str, ...] = ("model", "provider", "model_name", "variant")
@@ -111,6 +113,9 @@ class RunAnalysis:
         option_scores: P("Yes") of the detection and contour-evaluation answers of a run made
             with ``--option-probs`` (:func:`auroc.option_scores`); None otherwise and for
             chance.
+        sampling: Rows of ``sampling_variance.csv`` of a ``--samples K`` run (K > 1;
+            :func:`chexpercept.analysis.sampling.analyse_samples`), without the identity
+            columns; empty for a one-sample run and for chance.
     """
 
     run: RunRef | None
@@ -121,6 +126,7 @@ class RunAnalysis:
     option_order: OptionTables | None = None
     errors: ErrorAnatomy | None = None
     option_scores: OptionScores | None = None
+    sampling: tuple[dict[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -389,6 +395,11 @@ def auroc_table_rows(a: RunAnalysis) -> list[dict[str, Any]]:
     return [{**a.ids(), **r} for r in auroc_rows(a.option_scores)]
 
 
+def sampling_variance_rows(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Rows of ``sampling_variance.csv`` (:attr:`RunAnalysis.sampling`) with the run ids."""
+    return [{**a.ids(), **r} for r in a.sampling]
+
+
 _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              LESION_CSV: (lesion_rows, LESION_COLUMNS, True),
              SUBQUESTION_CSV: (subquestion_rows, SUBQUESTION_COLUMNS, True),
@@ -401,7 +412,8 @@ _BUILDERS = {STAGE_CI_CSV: (stage_ci_rows, STAGE_CI_COLUMNS, True),
              OPTION_POSITION_CSV: (option_position_rows, (*ID_COLUMNS, *POSITION_COLUMNS),
                                    False),
              ALWAYS_K_CSV: (always_k_rows, (*ID_COLUMNS, *BASELINE_COLUMNS), False),
-             AUROC_CSV: (auroc_table_rows, (*ID_COLUMNS, *AUROC_COLUMNS), False)}
+             AUROC_CSV: (auroc_table_rows, (*ID_COLUMNS, *AUROC_COLUMNS), False),
+             SAMPLING_CSV: (sampling_variance_rows, (*ID_COLUMNS, *SAMPLING_COLUMNS), False)}
 
 
 def extended_rows(analyses: Sequence[RunAnalysis], chance: RunAnalysis | None

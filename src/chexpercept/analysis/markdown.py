@@ -248,6 +248,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += option_position_section(analyses)
     lines += error_anatomy_section(analyses)
     lines += auroc_section(analyses)
+    lines += sampling_section(analyses)
 
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -417,6 +418,45 @@ def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
               "always-k accuracy (k: value)"]
     return lines + _table(header + (["circular accuracy by position"] if circular else []),
                           body)
+
+
+def sampling_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """Report section: sampling variance of the ``--samples K`` runs (none: no section).
+
+    All cases (path ``all``): per stage, end-to-end accuracy mean over samples with the
+    between-sample SD and the cluster-bootstrap interval, and the share of cases whose K
+    samples all agree; definitions in docs/metrics.md, "Sampling variance"; per path, the
+    oracle-passed rows and the pairwise agreement in ``sampling_variance.csv``.
+    """
+    runs = [a for a in analyses if a.sampling]
+    if not runs:
+        return []
+    lines = ["## Sampling variance (`--samples K` runs)", "",
+             "All cases, end-to-end. Accuracy: mean over cases and samples in percent, "
+             "between-sample SD in points, 95% cluster-bootstrap interval (cases resampled "
+             "with their K samples). Agree: share of cases whose K samples give the same "
+             "answer to the stage. Per path, oracle-passed and pairwise agreement: "
+             "`sampling_variance.csv`.", ""]
+
+    def cell(r: dict | None, sd: bool) -> str:
+        if r is None or math.isnan(r["value"]):
+            return "n/a"
+        text = format_number(100 * r["value"], 1)
+        if sd:
+            text += f" ± {format_number(100 * r['sd_between_samples'], 1)}"
+        if math.isnan(r["ci_low"]):
+            return f"{text} (n={r['n_cases']})"
+        return (f"{text} [{format_number(100 * r['ci_low'], 1)}, "
+                f"{format_number(100 * r['ci_high'], 1)}]")
+
+    body = []
+    for a in runs:
+        rows = {r["metric"]: r for r in a.sampling if r["path"] == "all"}
+        body.append([a.name, str(a.sampling[0]["samples"]),
+                     *(cell(rows.get(f"e2e:stage{s}"), True) for s in range(1, 5)),
+                     *(cell(rows.get(f"agree_all:stage{s}"), False) for s in range(1, 5))])
+    return lines + _table(["model", "K", *(f"stage {s} acc." for s in range(1, 5)),
+                           *(f"stage {s} agree" for s in range(1, 5))], body)
 
 
 def write_report(out_dir: str | Path, text: str) -> Path:

@@ -21,6 +21,7 @@ from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
 from chexpercept.analysis.option_order import option_tables
 from chexpercept.analysis.runs import RunRef
+from chexpercept.analysis.sampling import analyse_samples
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
 from chexpercept.errors import InputError
 from chexpercept.run_store import RunStore
@@ -73,7 +74,8 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
             key_id), or from the viewer's ``records.jsonl``; from
             :func:`option_order.option_tables` for a bad ``option_order`` or ground truth.
     """
-    data = RunStore(run.run_dir).read_results(validate=False, missing_ok=False)
+    store = RunStore(run.run_dir)
+    data = store.read_results(validate=False, missing_ok=False)
     scored = dict(data) if isinstance(data, dict) else data  # scoring drops unfinished cases
     analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
                                 limit=options.limit, key_pool=key_pool, results=scored)
@@ -85,6 +87,12 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     errors = analyse_errors(data, analysis.table.key_ids, options.error_facts, run.all_results,
                             measure=False)
     analysis = replace(analysis, errors=errors)
+    samples = store.samples()
+    if samples > 1:  # a --samples K run: sampling_variance.csv (docs/metrics.md)
+        analysis = replace(analysis, sampling=tuple(analyse_samples(
+            [dict(data), *(store.read_sample_results(k) for k in range(1, samples))],
+            [store.sample_results_path(k) for k in range(samples)], run.name,
+            n_boot=options.n_boot, seed=options.seed)))
     part = None
     if options.viewer_dir is not None:
         part = convert_run(r, run, data, options.viewer_dir,

@@ -1,0 +1,174 @@
+"""Stage 04: sampling variance of a ``--samples K`` run (reads its per-sample ``all_results``).
+
+A Stage 03 run with ``--samples K`` > 1 holds sample 0 in ``all_results.json`` and sample k in
+``all_results_sample_<k>.json`` (docs/evaluation_protocol.md, "Sampling"). For each stage
+accuracy Stage 04 reports (end-to-end and oracle-passed, stages 1-4, per path and pooled) this
+module gives, over the cases every sample finished (docs/metrics.md, "Sampling variance"):
+
+- the mean over cases and samples;
+- the between-sample SD: the sample SD (ddof 1) of the K per-sample accuracies;
+- a 95% interval that holds both the cases and the samples: a cluster bootstrap over cases,
+  each case keeping its K samples (:func:`chexpercept.analysis.bootstrap.cluster_interval`);
+
+and, per stage, the answer consistency across samples: the share of cases whose K samples give
+the same parsed answer (``agree_all``) and the mean share of agreeing sample pairs
+(``agree_pairwise``), each with the same cluster interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chexpercept.analysis.bootstrap import PATH_GROUPS, cluster_interval
+from chexpercept.analysis.case_table import (
+    METRIC_INDEX,
+    STAGE_FIELDS,
+    CaseTable,
+    results_case_table,
+)
+from chexpercept.lesions import QA_PATHS
+
+logger = logging.getLogger(__name__)
+
+#: The stage accuracies whose sampling variance is reported (the columns of
+#: ``stage_accuracy_ci.csv``: end-to-end and oracle-passed, stages 1-4).
+SAMPLING_METRICS: tuple[str, ...] = (*(f"e2e:stage{k}" for k in range(1, 5)),
+                                     *(f"oracle:stage{k}" for k in range(1, 5)))
+#: Answer-consistency measures per stage (module docstring).
+CONSISTENCY_METRICS: tuple[str, ...] = (*(f"agree_all:stage{k}" for k in range(1, 5)),
+                                        *(f"agree_pairwise:stage{k}" for k in range(1, 5)))
+#: Columns of ``sampling_variance.csv`` after the run identity columns.
+SAMPLING_COLUMNS: tuple[str, ...] = ("path", "metric", "samples", "value", "sd_between_samples",
+                                     "ci_low", "ci_high", "n_cases")
+
+
+def _answer(block: Any) -> str | None:
+    """A stage block's parsed answer(s) as one comparable text; None when the stage is absent.
+
+    Stage 1 keeps its answer under ``response``, the others under ``responses`` (a string or
+    a dict over the sub-questions; docs/evaluation_protocol.md, "Run folder").
+    """
+    if not isinstance(block, dict) or not block:
+        return None
+    value = block.get("response", block.get("responses"))
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _stage_answers(data: dict[str, Any], key_ids: Sequence[str]) -> list[list[str | None]]:
+    """Per case (``key_ids`` order) the answer of each stage 1-4 (:func:`_answer`)."""
+    return [[_answer(data[k].get(STAGE_FIELDS[s])) for s in range(1, 5)] for k in key_ids]
+
+
+def _agreement(answers: Sequence[Sequence[str | None]]) -> tuple[float, float] | None:
+    """``(all agree, share of agreeing pairs)`` of one case's K answers to a stage.
+
+    None when some sample has no answer for the stage (it was not asked, or not reached).
+    """
+    if any(a is None for a in answers):
+        return None
+    pairs = list(combinations(answers, 2))
+    return float(len(set(answers)) == 1), sum(a == b for a, b in pairs) / len(pairs)
+
+
+def sampling_rows(tables: Sequence[CaseTable], answers: Sequence[list[list[str | None]]], *,
+                  n_boot: int, seed: int) -> list[dict[str, Any]]:
+    """Rows of ``sampling_variance.csv`` for one run (without its identity columns).
+
+    Args:
+        tables: One case table per sample, sample 0 first, over the same cases in the same
+            row order (:func:`analyse_samples` aligns them).
+        answers: Per sample, per case, the parsed answer of each stage (:func:`_stage_answers`).
+        n_boot: Bootstrap resamples (0: no intervals).
+        seed: Bootstrap seed.
+
+    Returns:
+        One row per path group (``all`` first) and metric (:data:`SAMPLING_METRICS`, then
+        :data:`CONSISTENCY_METRICS`) with cases: ``path, metric, samples, value,
+        sd_between_samples`` (NaN for the consistency rows), ``ci_low, ci_high, n_cases``.
+    """
+    k = len(tables)
+    first = tables[0]
+    order = np.argsort(np.array(first.key_ids, dtype=object), kind="stable")  # key_id order
+    rows: list[dict[str, Any]] = []
+    for group in PATH_GROUPS:
+        in_group = np.ones(first.n_cases, dtype=bool) if group == "all" else \
+            first.path == QA_PATHS.index(group)
+        for metric in SAMPLING_METRICS:
+            m = METRIC_INDEX[metric]
+            rows_ok = in_group & np.logical_and.reduce([t.applicable[:, m] for t in tables])
+            ordered = order[rows_ok[order]]
+            if not len(ordered):
+                continue
+            x = np.stack([t.values[ordered, m] for t in tables], axis=1)  # (n, K)
+            per_sample = x.mean(axis=0)
+            low, high = cluster_interval(x.mean(axis=1), 0.0, 1.0, n_boot=n_boot, seed=seed,
+                                         label=f"{group}/{metric}")
+            rows.append({"path": group, "metric": metric, "samples": k,
+                         "value": float(x.mean()),
+                         "sd_between_samples": float(per_sample.std(ddof=1)),
+                         "ci_low": low, "ci_high": high, "n_cases": len(ordered)})
+        for stage in range(1, 5):
+            found = [(i, _agreement([a[i][stage - 1] for a in answers]))
+                     for i in order.tolist() if in_group[i]]
+            found = [(i, g) for i, g in found if g is not None]
+            if not found:
+                continue
+            for j, name in enumerate(("agree_all", "agree_pairwise")):
+                values = np.array([g[j] for _, g in found])
+                low, high = cluster_interval(values, 0.0, 1.0, n_boot=n_boot, seed=seed,
+                                             label=f"{group}/{name}:stage{stage}")
+                rows.append({"path": group, "metric": f"{name}:stage{stage}", "samples": k,
+                             "value": float(values.mean()), "sd_between_samples": math.nan,
+                             "ci_low": low, "ci_high": high, "n_cases": len(found)})
+    return rows
+
+
+def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Path], name: str,
+                    *, n_boot: int, seed: int) -> list[dict[str, Any]]:
+    """Sampling-variance rows of one run from its K parsed results files.
+
+    Only the cases every sample finished are used (a case unfinished in one sample is missing
+    in all, logged once), in sample 0's file order.
+
+    Args:
+        samples: The parsed ``all_results`` of each sample, sample 0 first (K >= 2); the
+            unfinished cases are removed from them.
+        paths: Their files (named in errors and warnings).
+        name: The run folder name.
+        n_boot: Bootstrap resamples (0: no intervals).
+        seed: Bootstrap seed.
+
+    Returns:
+        :func:`sampling_rows` of the run.
+
+    Raises:
+        SchemaError: As :func:`case_table.results_case_table`, naming the sample's file.
+    """
+    scanned = [results_case_table(data, path, name)[0] for data, path in zip(samples, paths,
+                                                                             strict=True)]
+    common = set(scanned[0].key_ids).intersection(*(t.key_ids for t in scanned[1:]))
+    dropped = len(set().union(*(t.key_ids for t in scanned))) - len(common)
+    if dropped:
+        logger.warning("%s: %d case(s) not finished in every one of the %d samples are left "
+                       "out of the sampling variance", name, dropped, len(samples))
+    key_ids = [k for k in scanned[0].key_ids if k in common]
+    tables = [_rows_of(t, key_ids) for t in scanned]
+    answers = [_stage_answers(data, key_ids) for data in samples]
+    return sampling_rows(tables, answers, n_boot=n_boot, seed=seed)
+
+
+def _rows_of(table: CaseTable, key_ids: Sequence[str]) -> CaseTable:
+    """``table`` restricted to ``key_ids``, in that order."""
+    index = {k: i for i, k in enumerate(table.key_ids)}
+    rows = np.array([index[k] for k in key_ids], dtype=np.int64)
+    return CaseTable(table.name, tuple(key_ids), table.lesion[rows], table.path[rows],
+                     table.values[rows], table.applicable[rows], table.missing[rows],
+                     table.status[rows], table.has_status)
