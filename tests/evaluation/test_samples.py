@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from stage03_bundle import CASES, write_bundle
+from stage03_fakes import ScriptedModel, right, wrong
 
 from chexpercept import schema
 from chexpercept.errors import ConfigError
+from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
 from chexpercept.evaluation.api import check_samples, evaluate, run_folder
+from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.replicas import RayReplicas
 from chexpercept.files import read_jsonl
 from chexpercept.layouts import (
@@ -21,7 +25,7 @@ from chexpercept.layouts import (
 from chexpercept.rng import sample_seed
 from chexpercept.run_store import RunStore
 from utils.llm import create_model
-from utils.llm.base import Message, TurnRequest
+from utils.llm.base import FAULT, Completion, Message, TurnRequest
 
 KEYS = list(CASES)
 TURNS = 33  # turns of the seven cases of the tiny bundle
@@ -176,3 +180,75 @@ def test_cli_samples_and_temperature_flags(bench, tmp_path, capsys):
     assert run_main(main, [*args, "--provider", "transformers", "--model", "tiny",
                            "--samples", "2"]) == 2
     assert "cannot sample" in capsys.readouterr().err
+
+
+# -- the runners, faults and resume per sample ----------------------------------------------
+def _by_request(request):
+    """Right or wrong decided by the request id (sample suffix included), never at random."""
+    return right(request) if sum(map(ord, request.request_id)) % 3 else wrong(request)
+
+
+class _AsyncScripted(ScriptedModel):
+    supports_async = True
+
+    async def agenerate(self, request):
+        await asyncio.sleep(0)
+        return self.generate([request])[0]
+
+
+def _settings(**kw):
+    return EvalSettings("scripted", "m", oracle_setting="implicit", seed=5, **kw)
+
+
+def test_sync_and_async_runners_write_the_same_samples(bench, tmp_path):
+    bundle = load_bundle(bench)
+    cases = validate_bundle(bundle)
+    run_evaluation(bundle, cases, ScriptedModel(_by_request), _settings(samples=2),
+                   tmp_path / "sync")
+    model = _AsyncScripted(_by_request)
+    summary = run_evaluation_async(bundle, cases, model, _settings(samples=2),
+                                   tmp_path / "async", concurrency=4)
+    assert summary.cases_finished == len(KEYS) and summary.turns_requested == 2 * TURNS
+    asked = [rid for call in model.calls for rid in call]
+    assert len(asked) == len(set(asked)) == 2 * TURNS
+    assert sum(rid.endswith("/sample1") for rid in asked) == TURNS
+    assert {r.seed for batch in model.batches for r in batch} == set(
+        _settings(samples=2).sample_seeds())
+    for k in (0, 1):
+        assert (RunStore(tmp_path / "sync").sample_results_path(k).read_bytes()
+                == RunStore(tmp_path / "async").sample_results_path(k).read_bytes())
+
+
+def test_a_fault_in_one_sample_leaves_only_that_dialogue_unfinished_until_a_rerun(
+        bench, tmp_path):
+    bundle = load_bundle(bench)
+    cases = validate_bundle(bundle)
+    rr = KEYS[0]
+    gone = f"{rr}/contour_evaluation_qa/sample1"
+
+    def faulty(request):
+        if request.request_id == gone:
+            return Completion(text="", status=FAULT, error="HTTP 503 after 6 retries")
+        return _by_request(request)
+
+    run_dir = tmp_path / "run"
+    summary = run_evaluation(bundle, cases, ScriptedModel(faulty), _settings(samples=2),
+                             run_dir)
+    assert set(summary.unfinished) == {rr} and summary.cases_finished == len(KEYS) - 1
+    faults = read_jsonl(run_dir / "faults.jsonl")
+    assert [(f["key_id"], f["turn"], f["sample"]) for f in faults] == [
+        (rr, "contour_evaluation_qa", 1)]
+    sample0 = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
+    sample1 = json.loads(sample_results_path(run_dir, 1).read_text(encoding="utf-8"))
+    assert "unfinished" not in sample0[rr]  # sample 0's dialogue finished
+    assert sample1[rr]["unfinished"]["next_turn"] == "contour_evaluation_qa"
+    again = ScriptedModel(_by_request)
+    summary = run_evaluation(bundle, cases, again, _settings(samples=2), run_dir)
+    assert summary.cases_finished == len(KEYS) and not summary.unfinished
+    assert [rid for call in again.calls for rid in call][0] == gone  # only what was missing
+    assert summary.turns_requested == 8  # the 8 turns of that dialogue from contour evaluation
+    run_evaluation(bundle, cases, ScriptedModel(_by_request), _settings(samples=2),
+                   tmp_path / "clean")
+    for k in (0, 1):
+        assert (RunStore(run_dir).sample_results_path(k).read_bytes()
+                == RunStore(tmp_path / "clean").sample_results_path(k).read_bytes())
