@@ -327,7 +327,8 @@ def _check_only(args: argparse.Namespace, provider: str, selection: dict[str, ob
     cases = select_cases(args.benchmark_dir, **selection)
     if args.estimate_cost:
         print(cost_table(cases, args.model or default_model(provider),
-                         option_order=args.option_order, seed=seed))
+                         option_order=args.option_order, seed=seed,
+                         samples=args.samples))
     else:
         logger.info("benchmark bundle %s is valid: %d case(s) checked", args.benchmark_dir,
                     len(cases))

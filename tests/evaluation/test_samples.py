@@ -252,3 +252,15 @@ def test_a_fault_in_one_sample_leaves_only_that_dialogue_unfinished_until_a_reru
     for k in (0, 1):
         assert (RunStore(run_dir).sample_results_path(k).read_bytes()
                 == RunStore(tmp_path / "clean").sample_results_path(k).read_bytes())
+
+
+def test_estimate_cost_prices_k_calls_per_turn(bench, monkeypatch):
+    from chexpercept.evaluation import cost_estimate
+    from chexpercept.evaluation.api import cost_table, select_cases
+    monkeypatch.setattr(cost_estimate, "_encoder", lambda: None)  # chars/4: no tiktoken download
+    cases = select_cases(bench)
+    one, three = cost_table(cases, "gpt-5.4"), cost_table(cases, "gpt-5.4", samples=3)
+    assert "x 3 samples" in three and "samples" not in one
+    row_one = next(line for line in one.splitlines() if line.startswith("gpt-5.4 "))
+    row_three = next(line for line in three.splitlines() if line.startswith("gpt-5.4 "))
+    assert int(row_three.split()[1]) == 3 * int(row_one.split()[1]) == 3 * TURNS

@@ -96,17 +96,20 @@ def _select(benchmark_dir: str | Path, limit: int | None, per_path_limit: int | 
 
 
 def cost_table(cases: Iterable[EvalCase], model: str, *, option_order: str = "release",
-               seed: int = 0) -> str:
+               seed: int = 0, samples: int = 1) -> str:
     """The expected API cost of ``cases`` for ``model`` and every priced model, as text.
 
     See docs/evaluation_protocol.md, "Cost"; ``option_order`` ``circular`` counts every
-    rotation's call ("Option order").
+    rotation's call ("Option order"). With ``samples`` K (``--samples``) every call is made K
+    times ("Sampling"), so the calls, tokens and costs are K times those of one sample.
     """
     cases = [apply_option_order(c, option_order, seed) for c in cases]
-    shapes = call_shapes(cases)
+    shapes = call_shapes(cases) * samples
     chosen = estimate(shapes, model)
     rows = [chosen, *(e for e in estimate_all_priced(shapes) if e.model != chosen.price_key)]
-    return format_estimates(rows, len(cases))
+    text = format_estimates(rows, len(cases))
+    return text if samples == 1 else text.replace(
+        " case(s) ", f" case(s) x {samples} samples ", 1)
 
 
 def default_concurrency(model: ChatModel, budgets: Sequence[DialogueBudget]) -> int:
