@@ -264,3 +264,23 @@ def test_estimate_cost_prices_k_calls_per_turn(bench, monkeypatch):
     row_one = next(line for line in one.splitlines() if line.startswith("gpt-5.4 "))
     row_three = next(line for line in three.splitlines() if line.startswith("gpt-5.4 "))
     assert int(row_three.split()[1]) == 3 * int(row_one.split()[1]) == 3 * TURNS
+
+
+def test_samples_with_circular_option_order(bench, tmp_path):
+    """Each sample asks every rotation in its own dialogue; the permutations are the run's,
+    the same in every sample; the oracle's answer key holds every sample's request ids."""
+    summary, run_dir = _run(bench, tmp_path / "c", provider="oracle", samples=2,
+                            option_order="circular")
+    assert summary.cases_finished == len(KEYS) and set(summary.statuses) == {"ok"}
+    records = read_jsonl(records_path(run_dir))
+    ids = [r["request_id"] for r in records]
+    assert len(ids) == len(set(ids))
+    rotations = [r for r in records if "@r" in r["turn"]]
+    assert rotations and {r["sample"] for r in rotations} == {0, 1}
+    assert all(r["request_id"].endswith("/sample1") == (r["sample"] == 1) for r in records)
+    order = {s: {(r["key_id"], r["turn"]): r.get("option_order") for r in records
+                 if r["sample"] == s} for s in (0, 1)}
+    assert order[0] == order[1]
+    for k in (0, 1):
+        data = json.loads(RunStore(run_dir).sample_results_path(k).read_text(encoding="utf-8"))
+        assert all(r["detection_qa"]["correct"] for r in data.values())
