@@ -467,14 +467,22 @@ def test_ray_is_imported_only_when_asked_for():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("provider", ["oracle", "random"])
-def test_shuffled_options_on_replicas_match_one_engine(cluster, bench, tmp_path, provider):
-    # docs/evaluation_protocol.md, "Option order": shuffled works with every runner
-    one = _run(bench, tmp_path / "one", provider, option_order="shuffled", seed=3)
-    many = _run(bench, tmp_path / "many", provider, replicas=2, option_order="shuffled",
+@pytest.mark.parametrize(("provider", "option_order"), [
+    ("oracle", "shuffled"), ("random", "shuffled"), ("oracle", "circular"),
+    ("random", "circular")])
+def test_option_orders_on_replicas_match_one_engine(cluster, bench, tmp_path, provider,
+                                                    option_order):
+    # docs/evaluation_protocol.md, "Option order": every runner honours every option order;
+    # a circular rotation is one more step of its question's turn index
+    one = _run(bench, tmp_path / "one", provider, option_order=option_order, seed=3)
+    many = _run(bench, tmp_path / "many", provider, replicas=2, option_order=option_order,
                 seed=3)
     _same_results(one, many)
+    assert many.turns_requested == one.turns_requested
     records = _records(many)
-    assert all("option_order" in r for r in records)
+    assert all("option_order" in r for r in records) == (option_order == "shuffled")
+    if option_order == "circular":
+        assert many.turns_requested > TOTAL_TURNS
+        assert any(r["request_id"].startswith(f"{r['key_id']}@r") for r in records)
     if provider == "oracle":  # the answer key is the displayed truth, mapped back to 100 %
         assert all(r["correct"] for r in records)

@@ -13,7 +13,6 @@ from chexpercept import schema
 from chexpercept.analysis.option_order import position_accuracy
 from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.evaluation import EvalSettings, load_bundle, run_evaluation, validate_bundle
-from chexpercept.evaluation.api import evaluate
 from chexpercept.evaluation.async_runner import run_evaluation_async
 from chexpercept.evaluation.cases import TURN_BY_NAME
 from chexpercept.evaluation.dialogue import request_id
@@ -23,7 +22,6 @@ from chexpercept.evaluation.option_order import (
     rotation_order,
     shuffled_order,
 )
-from chexpercept.evaluation.replicas import RayReplicas
 from chexpercept.evaluation.sharding import merge_parts, select_part, write_merged
 from chexpercept.files import read_json, read_jsonl, write_json_atomic
 from chexpercept.layouts import all_results_path, eval_part_dir, records_path, run_manifest_path
@@ -357,13 +355,6 @@ def test_circular_turns_keep_their_question_index(bundle):
         if turn.rotation_of is not None:
             assert turn.spec.index == TURN_BY_NAME[turn.rotation_of].index
             assert turn.option_order == rotation_order(turn.num_options, turn.rotation)
-
-
-def test_circular_is_refused_on_ray_replicas(bundle, tmp_path):
-    with pytest.raises(ConfigError, match="--option-order circular is not built for --ray"):
-        evaluate(bundle.layout.root, provider="random", output_path=tmp_path / "out",
-                 option_order="circular", ray=RayReplicas(replicas=2))
-    assert not (tmp_path / "out").exists()
 
 
 def test_circular_parts_merge_to_the_unsharded_run(bundle, tmp_path):

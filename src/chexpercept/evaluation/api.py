@@ -274,7 +274,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     if option_probs:
         check_option_probs(cls, provider)
         provider_options = {**dict(provider_options or {}), "top_logprobs": OPTION_PROBS_TOP_K}
-    check_option_order(option_order, replicas=ray is not None)
+    check_option_order(option_order)
     model_name = model or default_model(provider)
     check_samples(samples, provider, model_name, dict(provider_options or {}), part=part,
                   ray=ray)

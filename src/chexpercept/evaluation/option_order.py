@@ -42,31 +42,20 @@ ROTATION_MARK = "@r"
 _OPTION_LINE = re.compile(r"^(\s*)\((\d+)\)")
 
 
-def check_option_order(option_order: str, *, replicas: bool = False) -> None:
-    """Check ``--option-order`` and the runners that can honour it.
+def check_option_order(option_order: str) -> None:
+    """Check ``--option-order``.
 
-    ``release`` and ``shuffled`` change only what each turn shows, so every runner honours
-    them. ``circular`` adds rotation turns that share their question's turn index: the sync
-    runner, the async runner, the KV window and sharded parts (the merge plans the same
-    turns) ask them; Ray replicas (one call per turn index and replica) do not, so that
-    combination is refused.
-
-    Args:
-        option_order: The ``--option-order`` value.
-        replicas: A run on Ray replicas (``--ray``/``--replicas``).
+    Every runner honours every option order: ``release`` and ``shuffled`` change only what
+    each turn shows; the rotations of ``circular`` are extra turns with their question's turn
+    index, which the sync runner, the async runner, the KV window, Ray replicas (one step per
+    rotation) and sharded parts (the merge plans the same turns) ask.
 
     Raises:
-        ConfigError: For a value not in :data:`OPTION_ORDERS`, or ``circular`` with Ray
-            replicas (names the flags).
+        ConfigError: For a value not in :data:`OPTION_ORDERS` (names the flag).
     """
     if option_order not in OPTION_ORDERS:
         raise ConfigError(f"--option-order must be one of {', '.join(OPTION_ORDERS)}, "
                           f"got {option_order!r}")
-    if option_order == "circular" and replicas:
-        raise ConfigError("--option-order circular is not built for --ray/--replicas (its "
-                          "rotations are extra turns that runner does not ask); run it on one "
-                          "engine (sharded with --part/--total-parts if need be), or use "
-                          "--option-order shuffled")
 
 
 def shuffled_order(seed: int, key_id: str, turn: PlannedTurn) -> tuple[int, ...]:

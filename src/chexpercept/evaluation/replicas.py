@@ -32,7 +32,6 @@ from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.budget import check_budget
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
 from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
-from chexpercept.evaluation.option_order import check_option_order
 from chexpercept.evaluation.session import (
     CaseState,
     Drain,
@@ -385,10 +384,17 @@ def _turn_indices(states: Iterable[CaseState]) -> list[int]:
     """The turn indices a replica asks, in order: those of its runnable cases' turns left.
 
     A case's turns are planned from its ground truth (``EvalCase.turns``), not from its
-    answers, so the replica's steps are known before the first one is asked.
+    answers, so the replica's steps are known before the first one is asked. An index comes
+    once per turn a case has left with it: once, except under ``--option-order circular``,
+    whose rotations follow their question with its index (docs/evaluation_protocol.md,
+    "Option order"), so each rotation is a step of its own.
     """
-    return sorted({turn.spec.index for s in states if s.runnable
-                   for turn in s.dialogue.case.turns[len(s.dialogue.outcomes):]})
+    steps: Counter = Counter()
+    for s in states:
+        if s.runnable:
+            left = Counter(t.spec.index for t in s.dialogue.case.turns[len(s.dialogue.outcomes):])
+            steps |= left  # the most any one case has left at each index
+    return [index for index in sorted(steps) for _ in range(steps[index])]
 
 
 def _replica_load(session: RunSession, own: Sequence[CaseState],
@@ -474,8 +480,6 @@ def run_replicated(bundle: Bundle, cases: Sequence[EvalCase], model: ReplicatedM
         ActorLost: When a replica died more often than its restart bound; the other replicas
             finish their cases first, so a re-run resumes with the lost replica's cases only.
     """
-    # circular rotations share their question's turn index: one step per index cannot ask them
-    check_option_order(settings.option_order, replicas=True)
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite)
     model.assign(s.key_id for s in session.active_states if s.runnable)
     n = model.pool.size
