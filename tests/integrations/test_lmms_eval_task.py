@@ -90,7 +90,7 @@ class _Scripted(lmms):
         self.sent: dict[str, Any] = {}  # request id -> what the round carried
 
     def reply(self, doc: dict[str, Any], round_idx: int, sent: Any) -> str:
-        case = lmms_eval_task._case(doc)
+        case = lmms_eval_task.case_of(doc)
         rid = request_id(case.key_id, case.turns[round_idx].spec.name)
         self.sent[rid] = sent
         return self.overrides.get(rid, scripted(rid))
@@ -345,7 +345,7 @@ PLUGIN_MODEL = textwrap.dedent(f"""
             for request in requests:
                 ctx, _gen, doc_to_visual, doc_to_text, doc_id, task, split = request.args
                 doc = self.task_dict[task][split][doc_id]
-                case = lmms_eval_task._case(doc)
+                case = lmms_eval_task.case_of(doc)
                 outputs, info = [], None
                 while True:
                     rid = request_id(case.key_id, case.turns[len(outputs)].spec.name)

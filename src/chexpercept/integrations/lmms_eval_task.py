@@ -130,8 +130,12 @@ def process_docs(dataset: Any) -> Any:
     return datasets.Dataset.from_list(case_docs(benchmark_dir_from_env()))
 
 
-def _case(doc: Mapping[str, Any]) -> EvalCase:
-    """The planned case of a doc (its bundle read once per process)."""
+def case_of(doc: Mapping[str, Any]) -> EvalCase:
+    """The planned case of a :func:`case_docs` row (its bundle read once per process).
+
+    Raises:
+        InputError: If the doc's key_id is not in its bundle.
+    """
     cases = _cases(str(doc["benchmark_dir"]))
     if doc["key_id"] not in cases:
         raise InputError(f"{doc['key_id']}: not in {doc['benchmark_dir']}/chexpercept.json")
@@ -190,14 +194,14 @@ def next_turn(doc: Mapping[str, Any], setting: str,
 
     The case is over when every turn of its path has a reply or a round came back empty.
     """
-    case = _case(doc)
+    case = case_of(doc)
     replies, stopped = replies_of(case, outputs)
     dialogue = replay_case(case, setting, replies)
     return None if stopped or dialogue.finished else dialogue.prepare()
 
 
 def _first_turn(doc: Mapping[str, Any], setting: str) -> PreparedTurn:
-    return Dialogue(_case(doc), setting).prepare()
+    return Dialogue(case_of(doc), setting).prepare()
 
 
 def request_images(prepared: PreparedTurn) -> list[Any]:
@@ -398,7 +402,7 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any], *,
         -> :func:`score_case`'s dict plus ``benchmark_dir`` (logged with the samples, read by
         :mod:`chexpercept.integrations.lmms_eval_samples`).
     """
-    scored = {**score_case(_case(doc), setting, _rounds(doc, results)),
+    scored = {**score_case(case_of(doc), setting, _rounds(doc, results)),
               "benchmark_dir": str(doc["benchmark_dir"])}
     out: dict[str, Any] = {}
     for metric, section in STAGE_METRICS.items():
