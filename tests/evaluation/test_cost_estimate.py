@@ -63,3 +63,24 @@ def test_cli_estimate_needs_no_key_and_calls_nothing(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert "mystery-model" in out and "NA" in out and "gemini-3.1-pro-preview" in out
     assert not (tmp_path / "out").exists()
+
+
+def test_an_encoding_that_cannot_be_loaded_falls_back_to_chars_over_4(monkeypatch, caplog):
+    """tiktoken installed but its o200k_base file not downloadable (offline): chars/4, a warning."""
+    import sys
+    import types
+
+    from chexpercept.evaluation import cost_estimate
+
+    def no_download(name):
+        raise ConnectionError(f"cannot download {name}")
+
+    monkeypatch.setitem(sys.modules, "tiktoken", types.SimpleNamespace(get_encoding=no_download))
+    cost_estimate._encoder.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            assert cost_estimate.tokenizer_name() == "chars/4"
+            assert text_tokens("x" * 9) == 3
+        assert "o200k_base could not be loaded" in caplog.text
+    finally:
+        cost_estimate._encoder.cache_clear()

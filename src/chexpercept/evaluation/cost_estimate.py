@@ -18,6 +18,7 @@ docs/evaluation_protocol.md, "Prompt structure") and prices it with ``cfg/pricin
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,14 +30,27 @@ from chexpercept.evaluation.dialogue import SYSTEM_PROMPT, Dialogue, TurnOutcome
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.pricing import PriceMatch, load_pricing, lookup
 
+logger = logging.getLogger(__name__)
+
 
 @cache
 def _encoder() -> Any:
+    """The ``o200k_base`` encoder of tiktoken, or None (not installed, or file not loadable).
+
+    tiktoken downloads the encoding file on first use; offline and without a cached copy
+    (``TIKTOKEN_CACHE_DIR``) that fails, and the estimate falls back to ``chars/4`` with a
+    warning (the report names the tokenizer used, :func:`tokenizer_name`).
+    """
     try:
         import tiktoken
     except ImportError:
         return None
-    return tiktoken.get_encoding("o200k_base")
+    try:
+        return tiktoken.get_encoding("o200k_base")
+    except Exception as exc:  # network / cache errors vary by tiktoken version
+        logger.warning("cost estimate: tiktoken's o200k_base could not be loaded (%s: %s); "
+                       "counting text tokens as chars/4", type(exc).__name__, exc)
+        return None
 
 
 def tokenizer_name() -> str:
