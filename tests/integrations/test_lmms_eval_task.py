@@ -481,3 +481,20 @@ def test_flat_task_through_a_simple_class_with_only_generate_until(bench, tmp_pa
     _assert_same_scores(samples, expected, "explicit")
     assert len(model.sent) == len(requests)
     assert any("Ground Truth Provided" in ctx for ctx, _ in model.sent)
+
+
+def test_parquet_export_gives_the_same_samples(bench, tmp_path, monkeypatch):
+    """``$CHEXPERCEPT_BENCHMARK_DIR`` may name the parquet export (docs/hf_dataset.md)."""
+    from chexpercept.qa.hf_export import export_hf_dataset
+
+    monkeypatch.setenv("CHEXPERCEPT_CACHE_DIR", str(tmp_path / "cache"))
+    from_folder, _ = run_lmms(ScriptedChat(), "implicit")
+    export_hf_dataset(bench, tmp_path / "hf")
+    monkeypatch.setenv(lmms_eval_task.BENCHMARK_DIR_ENV, str(tmp_path / "hf"))
+    from_parquet, _ = run_lmms(ScriptedChat(), "implicit")
+    assert list(from_parquet) == list(from_folder)
+    for key_id, sample in from_folder.items():
+        other = from_parquet[key_id]
+        assert other["chexpercept_case"]["benchmark_dir"] == str((tmp_path / "hf").resolve())
+        assert {k: v for k, v in other["chexpercept_case"].items() if k != "benchmark_dir"} == \
+            {k: v for k, v in sample["chexpercept_case"].items() if k != "benchmark_dir"}
