@@ -6,14 +6,17 @@ named error classes, a few facts of the benchmark's questions (:func:`load_error
 ``<benchmark-dir>/chexpercept.json`` and the revision-result option images). Definitions:
 docs/metrics.md, "Error anatomy".
 
-* :func:`confusion_counts`: per question (the dialogue's turn names, docs/evaluation_protocol.md,
-  "Turn order") a confusion table of the chosen vs the true option(s), per lesion and pooled
-  (``lesion = all``). An answer that is not ``ok`` or names no option is its own column,
-  :data:`NO_ANSWER`, never dropped.
+* :func:`analyse_errors` reads one run; :func:`confusion_rows` gives, per question (the
+  dialogue's turn names, docs/evaluation_protocol.md, "Turn order"), a confusion table of the
+  chosen vs the true option(s), per lesion and pooled (``lesion = all``). An answer that is
+  not ``ok`` or names no option is its own column, :data:`NO_ANSWER`, never dropped.
 * :func:`case_errors`: the named error classes (:data:`ERROR_CLASSES`) of each case, with the
   questions on which each class could occur (the denominator);
   :func:`error_class_rows` counts them per lesion x question x class with the Wilson interval
   of :func:`chexpercept.analysis.bootstrap.wilson_interval`.
+* A wrong revised mask's IoU bin needs two option images decoded; Stage 04 leaves those
+  pending in each run's pass and measures every distinct pair once for all runs
+  (:func:`resolve_mask_ious`).
 
 Answers are read in the benchmark's option numbering (the numbering of ``ground_truth``).
 """
