@@ -88,3 +88,12 @@ def test_tied_scores_have_no_interval():
     pooled = next(r for r in rows if r["question"] == "detection" and r["lesion"] == "all")
     assert pooled["auroc"] == 0.5 and np.isnan(pooled["ci_low"])
     assert "DeLong variance 0" in pooled["note"]
+
+
+def test_option_probs_not_summing_to_one_are_refused():
+    # Stage 03 renormalises the two option masses to sum 1; {0.9, 0.9} is a corrupt file
+    bad = _results()
+    bad["effusion_s1_positive_0"]["detection_qa"]["option_probs"]["probs"] = {"1": 0.9,
+                                                                               "2": 0.9}
+    with pytest.raises(SchemaError, match="effusion_s1_positive_0: detection_qa.*summing to 1"):
+        option_scores(bad, case_table("run", bad), "x/all_results.json")

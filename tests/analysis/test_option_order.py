@@ -60,3 +60,10 @@ def test_multi_select_not_counted_sub_questions_are():
 def test_bad_option_order_names_key_id():
     with pytest.raises(ValueError, match="k9: detection_qa"):
         position_accuracy({"k9": _record(3, True, order=[2, 1])})
+
+
+@pytest.mark.parametrize("circ", ["yes", 1, 0, [True]])
+def test_circular_correct_not_a_bool_is_refused_not_counted_wrong(circ):
+    # a corrupt circular_correct ('yes', 1) once entered the circular denominator as wrong
+    with pytest.raises(ValueError, match="k4: detection_qa: circular_correct"):
+        position_accuracy({"k4": _record(1, True, circ=circ)})

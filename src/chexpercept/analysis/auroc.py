@@ -85,11 +85,12 @@ def _p_yes(block: Mapping[str, Any], positive: bool, where: str) -> float | None
     valid = (isinstance(probs, Mapping) and len(probs) == 2 and isinstance(gt, int)
              and str(gt) in probs
              and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                     and 0.0 <= v <= 1.0 for v in probs.values()))
+                     and 0.0 <= v <= 1.0 for v in probs.values())
+             and abs(sum(probs.values()) - 1.0) <= 1e-6)  # Stage 03 renormalises to sum 1
     if not valid:
         raise SchemaError(f"{where}: option_probs of a yes/no question must map its 2 option "
                           f"numbers (the ground truth {gt!r} among them) to probabilities in "
-                          f"[0, 1], got {op!r}")
+                          f"[0, 1] summing to 1, got {op!r}")
     p_true = float(probs[str(gt)])
     return p_true if positive else 1.0 - p_true
 

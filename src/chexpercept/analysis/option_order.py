@@ -97,8 +97,9 @@ def _questions(records: Mapping[str, Any]):
     """Yield ``(key_id, question, qa_path, displayed_position, correct, circular_or_None)``.
 
     Raises:
-        ValueError: a single-choice ground truth that is not a positive int, or a bad
-            ``option_order`` (the message names the key_id and block).
+        ValueError: a single-choice ground truth that is not a positive int, a bad
+            ``option_order`` or a ``circular_correct`` that is not a bool (the message names the
+            key_id and block).
     """
     for key_id, rec in records.items():
         if not isinstance(rec, Mapping):
@@ -122,8 +123,12 @@ def _questions(records: Mapping[str, Any]):
                 if isinstance(gt, bool) or not isinstance(gt, int) or gt < 1:
                     raise ValueError(f"{where}: ground truth {gt!r} is not a 1-based option")
                 pos = _displayed(gt, flags.get("option_order"), where)
+                circular = flags.get("circular_correct")
+                if circular is not None and not isinstance(circular, bool):
+                    raise ValueError(f"{where}: circular_correct {circular!r} is not true, "
+                                     f"false or absent")
                 yield (key_id, question, str(rec.get("qa_path", "")), pos,
-                       flags["correct"] is True, flags.get("circular_correct"))
+                       flags["correct"] is True, circular)
 
 
 def position_accuracy(records: Mapping[str, Any]) -> pd.DataFrame:
