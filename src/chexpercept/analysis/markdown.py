@@ -318,8 +318,10 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                 if r is None or not r["n_cases"]:
                     row.append("n/a")
                 else:
-                    row.append(f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, "
-                               f"{100 * r['ci_high']:.1f}] ({r['k']}/{r['n_cases']})")
+                    row.append(f"{format_number(100 * r['value'], 1)} "
+                               f"[{format_number(100 * r['ci_low'], 1)}, "
+                               f"{format_number(100 * r['ci_high'], 1)}] "
+                               f"({r['k']}/{r['n_cases']})")
             body.append(row)
     return lines + _table(["error class", "question", *(a.name for a in runs)], body)
 def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
