@@ -130,8 +130,8 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
 
     Raises:
         MissingDependencyError: If pyarrow is not installed (names the extra).
-        InputError: If ``root`` holds no shard, a shard lacks a needed column, or an image has
-            no embedded bytes or an unsafe path (names the shard and the key_id).
+        InputError: If ``root`` holds no shard or no row, a shard lacks a needed column, or an
+            image has no embedded bytes or an unsafe path (names the shard and the key_id).
         SchemaError: If a ``case_json`` is not JSON or a key_id repeats (names shard and key_id).
     """
     root = Path(root)
@@ -146,6 +146,9 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         items = _unpack_rows(root, BenchmarkLayout(tmp))
+        if not items:  # else the unpacked copy is an empty bundle, refused later as a folder
+            raise InputError(f"{root}: the parquet shards hold no case (0 rows); re-export "
+                             f"it with 03_export_hf_dataset.py")
         write_json_atomic(BenchmarkLayout(tmp).json_path, items)
         for name in SIDECAR_FILES:
             if (root / name).is_file():

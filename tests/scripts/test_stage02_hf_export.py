@@ -286,6 +286,10 @@ def test_unpack_refuses_broken_datasets_naming_shard_and_key_id(tmp_path):
                      lambda t: _set_column(t, "key_id", [RR] * len(rows)))
     with pytest.raises(SchemaError, match=f"key_id '{RR}': the key_id appears twice"):
         unpack_parquet_bundle(twice)
+    # a shard with the columns but no row: named, not an empty bundle in the cache
+    no_rows = _rewrite(shard, tmp_path / "no_rows", lambda t: t.slice(0, 0))
+    with pytest.raises(InputError, match=r"no_rows: the parquet shards hold no case \(0 rows\)"):
+        unpack_parquet_bundle(no_rows)
     # nothing half-written is left in the cache
     assert not list((tmp_path / "cache").rglob("chexpercept.json"))
 
