@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("inspect_ai")
 
-from chexpercept.errors import SchemaError  # noqa: E402
+from chexpercept.errors import InputError, SchemaError  # noqa: E402
 from chexpercept.evaluation.cases import load_bundle, validate_bundle  # noqa: E402
 from chexpercept.evaluation.dialogue import Dialogue  # noqa: E402
 from chexpercept.evaluation.replay import (  # noqa: E402
@@ -282,3 +282,17 @@ def test_inspect_outputs_map_to_stage03_statuses_and_token_counts(tmp_path):
     assert recorded_reply(output("", stop="content_filter"), prepared).status == "blocked"
     with pytest.raises(TurnFault, match="no answer"):
         recorded_reply(output("", error="connection reset"), prepared)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("cut.eval", b"PK\x03\x04 a zip cut short"),  # an .eval log truncated mid-write
+    ("cut.json", b'{"version": 2, "eval": {'),  # a .json log truncated
+    ("other.json", b'{"foo": 1}'),  # JSON, but no inspect log
+])
+def test_an_unreadable_log_is_an_input_error_naming_the_file(tmp_path, name, content):
+    # before: inspect's ValueError / pydantic's ValidationError escaped as a traceback (exit 1)
+    log = tmp_path / name
+    log.write_bytes(content)
+    with pytest.raises(InputError, match=f"{name}: not a readable inspect_ai eval log"):
+        convert_inspect_log(log, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ inspect_ai is imported when a log is read, not with this module.
 from __future__ import annotations
 
 import logging
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,14 +72,22 @@ def read_inspect_log(log_path: str | Path) -> InspectRun:
 
     Raises:
         MissingDependencyError: If inspect_ai is not installed (extra ``[inspect]``).
-        InputError: If the file is missing or is not a log of the ``chexpercept`` task.
+        InputError: If the file is missing, unreadable (truncated, garbled, not an inspect
+            log) or is not a log of the ``chexpercept`` task.
         SchemaError: If a sample's replies are malformed, or it ran more than one epoch.
     """
     path = Path(log_path)
     if not path.is_file():
         raise InputError(f"inspect log not found: {path}")
     log_module = require("inspect_ai.log", "inspect", "reading an inspect_ai eval log")
-    log = log_module.read_eval_log(str(path))
+    try:
+        log = log_module.read_eval_log(str(path))
+    except (ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
+        # a truncated or garbled .eval/.json, or a JSON file that is no inspect log
+        # (pydantic's ValidationError is a ValueError)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path}: not a readable inspect_ai eval log ({first}); truncated, "
+                         f"or not written by 'inspect eval'?") from None
     spec = log.eval
     if spec.task.rsplit("/", 1)[-1] != TASK_NAME:
         raise InputError(f"{path}: a log of the task {spec.task!r}, not of {TASK_NAME!r} "
