@@ -317,6 +317,27 @@ def test_converter_refuses_a_file_of_another_task(tmp_path):
         read_lmms_samples(path)
 
 
+def _samples_line(key_id: str, raw: Any) -> str:
+    return json.dumps({"doc_id": 0, "chexpercept_case": {
+        "key_id": key_id, "turns": {"detection_qa": {"raw": raw}}, "oracle_setting": "none",
+        "benchmark_dir": "/b", "finished": True}})
+
+
+def test_converter_refuses_a_case_twice_and_a_reply_that_is_not_text(tmp_path):
+    # before: the second line's replies silently joined the first's (one of them scored), and
+    # a null reply was scored as the text 'None' (an unparseable answer, i.e. wrong)
+    path = tmp_path / "samples.jsonl"
+    path.write_text(_samples_line("k1", "Answer: 1") + "\n" + _samples_line("k2", "Answer: 1")
+                    + "\n" + _samples_line("k1", "Answer: 2") + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match=r"line 3: key_id 'k1' again \(first on line 1\)"):
+        read_lmms_samples(path)
+    path.write_text(_samples_line("k1", None) + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match="line 1: .*raw reply None is not a string"):
+        read_lmms_samples(path)
+    path.write_text(_samples_line("k1", "") + "\n", encoding="utf-8")  # an empty round: text
+    assert read_lmms_samples(path).replies[0].text == ""
+
+
 #: A plugin package for lmms-eval's CLI (``LMMS_EVAL_PLUGINS``): the simple stand-in model
 #: under the name ``chexpercept_scripted`` (a legacy plugin needs a ``tasks`` package too).
 PLUGIN_MODEL = textwrap.dedent(f"""

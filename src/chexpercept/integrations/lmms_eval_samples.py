@@ -58,7 +58,10 @@ class LmmsRun:
 def _case_replies(case: dict[str, Any], where: str) -> list[RecordedReply]:
     try:
         key_id = str(case["key_id"])
-        return [RecordedReply(request_id(key_id, name), str(turn["raw"]),
+        for name, turn in case["turns"].items():
+            if not isinstance(turn["raw"], str):  # str(None) would be scored as a reply 'None'
+                raise TypeError(f"turn {name!r}: raw reply {turn['raw']!r} is not a string")
+        return [RecordedReply(request_id(key_id, name), turn["raw"],
                               user_text=turn.get("user_text"))
                 for name, turn in case["turns"].items()]
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -78,8 +81,8 @@ def read_lmms_samples(samples_path: str | Path) -> LmmsRun:
     Raises:
         InputError: If the file is missing or holds no sample.
         SchemaError: If a line is not JSON or lacks ``chexpercept_case`` (not a samples file
-            of these tasks), a case is malformed, or the samples come from several settings or
-            bundles.
+            of these tasks), a case is malformed (a raw reply that is not a string among them),
+            a key_id appears twice, or the samples come from several settings or bundles.
     """
     path = Path(samples_path)
     if not path.is_file():
@@ -89,6 +92,7 @@ def read_lmms_samples(samples_path: str | Path) -> LmmsRun:
     errors: dict[str, str] = {}
     settings: set[str] = set()
     bundles: set[str] = set()
+    seen: dict[str, int] = {}
     with path.open(encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
             if not line.strip():
@@ -103,6 +107,10 @@ def read_lmms_samples(samples_path: str | Path) -> LmmsRun:
                 raise SchemaError(f"{where}: no {CASE_KEY!r} field: not a samples file of the "
                                   f"chexpercept_* lmms-eval tasks (lmms-eval --log_samples)")
             key_id = str(case.get("key_id"))
+            if key_id in seen:  # lmms-eval logs each doc once; two lines would race to score
+                raise SchemaError(f"{where}: key_id {key_id!r} again (first on line "
+                                  f"{seen[key_id]}); convert one run's samples file")
+            seen[key_id] = line_no
             key_ids.append(key_id)
             replies += _case_replies(case, where)
             settings.add(str(case.get("oracle_setting")))
