@@ -134,6 +134,21 @@ def _ground_truth(record: Mapping[str, Any], turn: str, stage: int) -> Any:
     return truth.get(turn[len(name) + 1:]) if isinstance(truth, Mapping) else None
 
 
+def _as_displayed(value: Any, order: Any) -> Any:
+    """``value`` (original option number(s)) in the displayed numbering of ``order``.
+
+    ``order`` is a record's ``option_order`` (displayed position i shows original option
+    ``order[i - 1]``; docs/evaluation_protocol.md, "Option order"). The viewer shows the question
+    as the model saw it, so its answer and ground truth must be numbered as displayed too. A
+    value that is not an option of ``order`` (or no order) is returned unchanged.
+    """
+    if not isinstance(order, list):
+        return value
+    values = value if isinstance(value, list) else [value]
+    shown = [order.index(v) + 1 if type(v) is int and v in order else v for v in values]
+    return shown if isinstance(value, list) else shown[0]
+
+
 def read_turn_records(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """``<key_id>/<turn>`` (the records' ``request_id``) -> record ({} without records).
 
@@ -341,6 +356,12 @@ def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, A
         }
         if rec:
             turn.update({k: rec[k] for k in _RECORD_FIELDS if k in rec})
+            order = rec.get("option_order")
+            if isinstance(order, list):  # --option-order shuffled/circular: as displayed
+                turn["gt"] = _as_displayed(turn["gt"], order)
+                if "answer" in turn:
+                    turn["answer"] = rec.get("displayed_answer",
+                                             _as_displayed(turn["answer"], order))
         turns.append(turn)
     detail: dict[str, Any] = {"turns": turns}
     if isinstance(unfinished, Mapping):
