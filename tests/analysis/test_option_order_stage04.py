@@ -98,6 +98,7 @@ def test_stage04_writes_both_tables_and_a_report_section(tmp_path, builders, ben
             "2: 0.0 |") in section
     assert "| other_model | detection_qa | revision_free | 1: 100.0 (n=1); 2: 100.0 (n=2) |" \
         in section and "circular accuracy by position" in section
+    assert "Circular accuracy (`--option-order circular` runs): the share" in section
     assert "[option_position_accuracy.csv](option_position_accuracy.csv)" in report
     assert "[always_k_baselines.csv](always_k_baselines.csv)" in report
 

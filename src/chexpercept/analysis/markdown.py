@@ -392,6 +392,11 @@ def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
              "detection; a score close to its always-k baseline may be position preference. "
              "Yes/no questions here; every single-choice question in "
              "`option_position_accuracy.csv` and `always_k_baselines.csv`.", ""]
+    if circular:
+        lines += ["Circular accuracy (`--option-order circular` runs): the share of the same "
+                  "questions answered correctly under every rotation of their options "
+                  "(`circular_correct`), by the correct option's position in the run's own "
+                  "order.", ""]
     body = []
     for a in runs:
         by_cell: dict[tuple[str, str], list[str]] = {}
