@@ -296,3 +296,15 @@ def test_an_unreadable_log_is_an_input_error_naming_the_file(tmp_path, name, con
     with pytest.raises(InputError, match=f"{name}: not a readable inspect_ai eval log"):
         convert_inspect_log(log, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("data", [
+    {"request_id": "k/detection_qa", "status": "ok"},  # no text: once scored as ''
+    {"request_id": "k/detection_qa", "text": None, "status": "ok"},
+    ["k/detection_qa", "Answer: 1"],  # not a dict: once an AttributeError traceback
+])
+def test_a_recorded_reply_without_text_is_a_schema_error(data):
+    with pytest.raises(SchemaError, match="log.eval, sample k: not a recorded reply"):
+        RecordedReply.from_json(data, "log.eval, sample k")
+    good = RecordedReply("k/detection_qa", "Answer: 1")
+    assert RecordedReply.from_json(good.to_json(), "x").to_json() == good.to_json()

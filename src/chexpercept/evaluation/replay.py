@@ -92,13 +92,16 @@ class RecordedReply:
             SchemaError: Naming ``where`` and the field, for a missing or invalid field.
         """
         try:
-            return cls(request_id=str(data["request_id"]), text=str(data.get("text") or ""),
+            text = data["text"]  # to_json always writes it; a missing or null one is no reply
+            if not isinstance(text, str):
+                raise TypeError(f"text {text!r} is not a string")
+            return cls(request_id=str(data["request_id"]), text=text,
                        status=str(data.get("status", "ok")),
                        finish_reason=data.get("finish_reason"),
                        usage=dict(data.get("usage") or {}), error=data.get("error"),
                        user_text=data.get("user_text"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"{where}: not a recorded reply ({exc!r}): {dict(data)!r:.300}") \
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SchemaError(f"{where}: not a recorded reply ({exc!r}): {data!r:.300}") \
                 from exc
 
 
