@@ -341,6 +341,7 @@ def test_stage04_run_writes_error_csvs_report_section_and_viewer_bits(tmp_path):
     assert detection == [("1", "1", "1"), ("2", NO_ANSWER, "1")]  # the refusal: own column
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "## Error anatomy" in report
+    assert "n/a: no scored case of the run could make that error" in report
     assert re.search(r"\| laterality_swap \| attribute_extraction_qa_location \| 100\.0 "
                      r"\[\d+\.\d, 100\.0\] \(1/1\) \|", report)
     assert "(error_classes.csv)" in report and "(error_confusion.csv)" in report

@@ -189,7 +189,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
                       str(len(a.unfinished)), _hit_rate(a.table)]
                      for a in analyses if a.run is not None])
     lines += ["Prefix-cache hit rate: the share of the prompt tokens the engine found in its "
-              "prefix cache (vLLM's cached tokens over prompt tokens, all calls of the scored "
+              "prefix cache (the cached prompt tokens the provider reports, vLLM's or an API's, "
+              "over prompt tokens, all calls of the scored "
               "cases; n/a where the provider reports none; docs/design.md, \"KV cache at "
               "scale\").", ""]
     ci = (f"95% intervals: Wilson score for accuracies; for depth a bootstrap of {n_boot} "
@@ -304,7 +305,9 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
              "How the runs fail: named error classes, pooled over lesions, in percent of the "
              "questions on which the class can occur, with the 95% Wilson interval and "
              "k/n. Definitions: docs/metrics.md, \"Error anatomy\". Per lesion: "
-             "`error_classes.csv`; chosen vs true option per question: `error_confusion.csv`.",
+             "`error_classes.csv`; chosen vs true option per question: `error_confusion.csv`. "
+             "n/a: no scored case of the run could make that error (e.g. a comparison "
+             "laterality swap needs a case whose true answer is left or right larger).",
              ""]
     cells = {a.name: {(r["question"], r["error_class"]): r
                       for r in error_class_rows(a.errors) if r["lesion"] == "all"}
