@@ -48,8 +48,9 @@ def _encoder() -> Any:
     try:
         return tiktoken.get_encoding("o200k_base")
     except Exception as exc:  # network / cache errors vary by tiktoken version
+        reason = str(exc).splitlines()[0][:160] if str(exc) else ""
         logger.warning("cost estimate: tiktoken's o200k_base could not be loaded (%s: %s); "
-                       "counting text tokens as chars/4", type(exc).__name__, exc)
+                       "counting text tokens as chars/4", type(exc).__name__, reason)
         return None
 
 
