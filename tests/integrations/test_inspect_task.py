@@ -31,6 +31,7 @@ from chexpercept.evaluation.replay import (  # noqa: E402
     RecordedModel,
     RecordedReply,
     answer_turn,
+    write_recorded_run,
 )
 from chexpercept.integrations.inspect_log import convert_inspect_log  # noqa: E402
 from utils.llm.base import FAULT  # noqa: E402
@@ -308,3 +309,22 @@ def test_a_recorded_reply_without_text_is_a_schema_error(data):
         RecordedReply.from_json(data, "log.eval, sample k")
     good = RecordedReply("k/detection_qa", "Answer: 1")
     assert RecordedReply.from_json(good.to_json(), "x").to_json() == good.to_json()
+
+
+def test_recorded_run_refuses_two_replies_to_one_turn_and_replies_to_turns_never_asked(
+        tmp_path):
+    # before: the later of two replies silently replaced the earlier one, and a reply to a turn
+    # the case does not have was ignored
+    bench, case = _first_case(tmp_path)
+    rid = f"{case.key_id}/detection_qa"
+    kwargs = {"key_ids": [case.key_id], "output_path": tmp_path / "runs", "provider": "inspect",
+              "model": MODEL, "oracle_setting": "none", "source": "a test log"}
+    with pytest.raises(SchemaError, match=f"two replies recorded for {rid}"):
+        write_recorded_run(bench, [RecordedReply(rid, "Answer: 1"),
+                                   RecordedReply(rid, "Answer: 2")], **kwargs)
+    with pytest.raises(SchemaError, match=f"turns Stage 03 does not ask.*{case.key_id}/bogus"):
+        write_recorded_run(bench, [RecordedReply(rid, "Answer: 1"),
+                                   RecordedReply(f"{case.key_id}/bogus", "Answer: 1")], **kwargs)
+    assert not (tmp_path / "runs").exists()
+    summary = write_recorded_run(bench, [RecordedReply(rid, "Answer: 1")], **kwargs)
+    assert list(summary.unfinished) == [case.key_id]  # a dialogue cut short: unfinished

@@ -23,7 +23,7 @@ from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.evaluation.cases import Bundle, EvalCase, load_bundle, validate_bundle
-from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
+from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome, request_id
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.runner import run_evaluation
 from chexpercept.evaluation.session import EvalSettings, RunSummary, score_completion
@@ -244,7 +244,8 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
 
     Raises:
         InputError: If a key_id is not in the benchmark.
-        SchemaError: On an invalid bundle or a reply to another question.
+        SchemaError: On an invalid bundle, a reply to another question, two replies to one
+            request or a reply to a turn the cases do not have (names the request id).
         ConfigError: If the run folder holds another run (a different manifest identity).
     """
     bundle: Bundle = load_bundle(benchmark_dir)
@@ -254,7 +255,16 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
                          f"{bundle.layout.json_path}, e.g. {unknown[0]}")
     order = {k: i for i, k in enumerate(bundle.items)}
     cases = validate_bundle(bundle, sorted(set(key_ids), key=order.__getitem__))
-    table = {r.request_id: r for r in replies}
+    table: dict[str, RecordedReply] = {}
+    for reply in replies:
+        if reply.request_id in table:  # one would silently replace the other
+            raise SchemaError(f"{source}: two replies recorded for {reply.request_id}")
+        table[reply.request_id] = reply
+    asked = {request_id(c.key_id, t.spec.name) for c in cases for t in c.turns}
+    stray = sorted(set(table) - asked)
+    if stray:  # a turn Stage 03 never asks: another benchmark, path or harness version
+        raise SchemaError(f"{source}: {len(stray)} reply(ies) to turns Stage 03 does not ask "
+                          f"of these cases, e.g. {stray[0]}")
     recorded = RecordedModel(model, table, source=source, label=provider, errors=errors)
     settings = EvalSettings(provider=provider, model=model, oracle_setting=oracle_setting,
                             max_consecutive_faults=0, save_every=max(1, len(cases)))
