@@ -111,3 +111,23 @@ def test_stage03_samples_run_gives_sampling_variance_csv_and_report_section(tmp_
     report = (all_dir / "report.md").read_text(encoding="utf-8")
     assert "## Sampling variance (`--samples K` runs)" in report
     assert "| random_baseline | 3 |" in report
+
+
+def test_limit_applies_to_the_sampling_variance_as_to_every_other_table(tmp_path):
+    # before: --limit 3 scored 3 cases everywhere but sampling_variance.csv used all 7
+    from chexpercept.analysis.api import analyze
+    from chexpercept.evaluation.api import evaluate
+    from chexpercept.layouts import all_models_dir
+    from tests.evaluation.stage03_bundle import write_bundle
+
+    bench = write_bundle(tmp_path / "bench")
+    results = tmp_path / "results"
+    evaluate(bench, provider="random", output_path=results, oracle_setting="none", seed=3,
+             samples=2)
+    out = tmp_path / "out"
+    analyze(results, "none", output_dir=out, benchmark_dir=bench, bootstrap=0, seed=0,
+            viewer=False, jobs=1, limit=3)
+    with (all_models_dir(out, "none") / "sampling_variance.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    stage1 = next(r for r in rows if (r["path"], r["metric"]) == ("all", "e2e:stage1"))
+    assert stage1["n_cases"] == "3"

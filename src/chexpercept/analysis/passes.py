@@ -92,7 +92,8 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
         analysis = replace(analysis, sampling=tuple(analyse_samples(
             [dict(data), *(store.read_sample_results(k) for k in range(1, samples))],
             [store.sample_results_path(k) for k in range(samples)], run.name,
-            n_boot=options.n_boot, seed=options.seed)))
+            n_boot=options.n_boot, seed=options.seed,
+            key_ids=None if options.limit is None else analysis.table.key_ids)))
     part = None
     if options.viewer_dir is not None:
         part = convert_run(r, run, data, options.viewer_dir,

@@ -132,7 +132,8 @@ def sampling_rows(tables: Sequence[CaseTable], answers: Sequence[list[list[str |
 
 
 def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Path], name: str,
-                    *, n_boot: int, seed: int) -> list[dict[str, Any]]:
+                    *, n_boot: int, seed: int,
+                    key_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Sampling-variance rows of one run from its K parsed results files.
 
     Only the cases every sample finished are used (a case unfinished in one sample is missing
@@ -145,6 +146,8 @@ def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Pat
         name: The run folder name.
         n_boot: Bootstrap resamples (0: no intervals).
         seed: Bootstrap seed.
+        key_ids: Only these cases (the run's scored cases under ``--limit``: the first N
+            finished ones of sample 0's file, as every other table); None: all.
 
     Returns:
         :func:`sampling_rows` of the run.
@@ -154,6 +157,9 @@ def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Pat
     """
     scanned = [results_case_table(data, path, name)[0] for data, path in zip(samples, paths,
                                                                              strict=True)]
+    if key_ids is not None:
+        keep = set(key_ids)
+        scanned = [_rows_of(t, [k for k in t.key_ids if k in keep]) for t in scanned]
     common = set(scanned[0].key_ids).intersection(*(t.key_ids for t in scanned[1:]))
     dropped = len(set().union(*(t.key_ids for t in scanned))) - len(common)
     if dropped:
