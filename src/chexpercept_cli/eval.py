@@ -208,7 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="--seed defaults to the config's seed when --config is given, else 0.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        # no prefixes: eval_chexpercept.sh reads --output-path, --oracle_setting and
+        # --benchmark-dir from the same argv for Stage 04, and would miss '--output-p X'
+        allow_abbrev=False)
     add_config_arg(parser, None)
     parser.add_argument("--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
                         default=str(DEFAULT_BENCHMARK_DIR),

@@ -114,3 +114,16 @@ def test_concurrency_goes_to_the_provider_only_where_it_is_an_option(main, bench
     assert "concurrency" not in script.provider_flag_options(args, "transformers")
     assert "concurrency" not in script.provider_flag_options(args, "opensource")
     assert script.provider_flag_options(args, "openai")["concurrency"] == 4
+
+
+@pytest.mark.parametrize("flag", ["--output-p", "--oracle_set", "--benchmark-d"])
+def test_abbreviated_flags_are_refused(flag, capsys):
+    """eval_chexpercept.sh reads --output-path/--oracle_setting/--benchmark-dir from the argv it
+    passes to 00_eval.py to point Stage 04 at the run; an abbreviation that argparse accepted
+    ('--output-p X') ran Stage 03 into X and Stage 04 on the default folder."""
+    from chexpercept_cli import eval as script
+
+    with pytest.raises(SystemExit) as exc:
+        script.build_parser().parse_args([flag, "x", "--provider", "random"])
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {flag} x" in capsys.readouterr().err
