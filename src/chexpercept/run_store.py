@@ -183,7 +183,8 @@ class RunStore:
 
         Args:
             manifest: The command's manifest (``session.build_manifest``).
-            overwrite: Delete the folder's manifest, records, faults and results first.
+            overwrite: Delete the folder's manifest, records, faults and results (every
+                sample's) first.
 
         Returns:
             True when an existing run is resumed.
@@ -194,7 +195,12 @@ class RunStore:
         """
         outputs = (self.records_path, self.faults_path, self.results_path)
         if overwrite:
-            for path in (self.manifest_path, *outputs):
+            # every sample's results too: a K=3 run overwritten by K<=2 left a stale
+            # all_results_sample_2.json next to the new run
+            samples = (sorted(self.run_dir.glob(sample_results_path(self.run_dir, 0).name
+                                                .replace("_0.json", "_*.json")))
+                       if self.run_dir.is_dir() else [])
+            for path in (self.manifest_path, *outputs, *samples):
                 if path.exists():
                     path.unlink()
                     logger.info("--overwrite: removed %s", path)

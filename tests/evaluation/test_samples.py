@@ -284,3 +284,14 @@ def test_samples_with_circular_option_order(bench, tmp_path):
     for k in (0, 1):
         data = json.loads(RunStore(run_dir).sample_results_path(k).read_text(encoding="utf-8"))
         assert all(r["detection_qa"]["correct"] for r in data.values())
+
+
+def test_overwrite_removes_every_earlier_samples_results(bench, tmp_path):
+    # before: a --samples 3 run overwritten with --samples 2 kept all_results_sample_2.json
+    _, run_dir = _run(bench, tmp_path / "a", samples=3)
+    assert sample_results_path(run_dir, 2).is_file()
+    _run(bench, tmp_path / "a", samples=2, overwrite=True)
+    assert sample_results_path(run_dir, 1).is_file()
+    assert not sample_results_path(run_dir, 2).exists()
+    _run(bench, tmp_path / "a", overwrite=True)
+    assert not sample_results_path(run_dir, 1).exists()
