@@ -131,3 +131,32 @@ def test_limit_applies_to_the_sampling_variance_as_to_every_other_table(tmp_path
         rows = list(csv.DictReader(fh))
     stage1 = next(r for r in rows if (r["path"], r["metric"]) == ("all", "e2e:stage1"))
     assert stage1["n_cases"] == "3"
+
+
+def test_a_sample_file_of_other_cases_is_refused(tmp_path):
+    # before: a sample file whose case had another QA path / ground truth (copied from another
+    # benchmark's run) was silently pooled into the sampling variance
+    import json
+
+    from chexpercept.analysis.api import analyze
+    from chexpercept.errors import SchemaError
+    from chexpercept.evaluation.api import evaluate, run_folder
+    from chexpercept.layouts import sample_results_path
+    from tests.evaluation.stage03_bundle import write_bundle
+
+    bench = write_bundle(tmp_path / "bench")
+    results = tmp_path / "results"
+    evaluate(bench, provider="random", output_path=results, oracle_setting="none", seed=3,
+             samples=2, option_order="shuffled")
+    path = sample_results_path(run_folder(results, "random", "baseline", "none"), 1)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    key_id = next(iter(data))
+    analyze(results, "none", output_dir=tmp_path / "ok", benchmark_dir=bench, bootstrap=0,
+            seed=0, viewer=False, jobs=1)  # a genuine shuffled run passes the check
+    gt = data[key_id]["detection_qa"]["ground_truth"]
+    data[key_id]["detection_qa"]["ground_truth"] = 3 - gt
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SchemaError, match=f"all_results_sample_1.json: {key_id}: QA path or "
+                                          f"ground truth differs"):
+        analyze(results, "none", output_dir=tmp_path / "out", benchmark_dir=bench,
+                bootstrap=0, seed=0, viewer=False, jobs=1)

@@ -34,6 +34,7 @@ from chexpercept.analysis.case_table import (
     CaseTable,
     results_case_table,
 )
+from chexpercept.errors import SchemaError
 from chexpercept.lesions import QA_PATHS
 
 logger = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Pat
         :func:`sampling_rows` of the run.
 
     Raises:
-        SchemaError: As :func:`case_table.results_case_table`, naming the sample's file.
+        SchemaError: As :func:`case_table.results_case_table`, naming the sample's file; or
+            a sample whose case has another QA path or ground truth than sample 0's.
     """
     scanned = [results_case_table(data, path, name)[0] for data, path in zip(samples, paths,
                                                                              strict=True)]
@@ -166,9 +168,35 @@ def analyse_samples(samples: Sequence[dict[str, Any]], paths: Sequence[str | Pat
         logger.warning("%s: %d case(s) not finished in every one of the %d samples are left "
                        "out of the sampling variance", name, dropped, len(samples))
     key_ids = [k for k in scanned[0].key_ids if k in common]
+    _check_same_cases(samples, paths, key_ids)
     tables = [_rows_of(t, key_ids) for t in scanned]
     answers = [_stage_answers(data, key_ids) for data in samples]
     return sampling_rows(tables, answers, n_boot=n_boot, seed=seed)
+
+
+def _truth(record: Any) -> tuple[Any, ...]:
+    """A case record's QA path and every question block's ground truth (its identity)."""
+    if not isinstance(record, dict):
+        return (None,)
+    return (record.get("qa_path"), *((name, block.get("ground_truth"))
+                                     for name, block in record.items()
+                                     if isinstance(block, dict) and "ground_truth" in block))
+
+
+def _check_same_cases(samples: Sequence[dict[str, Any]], paths: Sequence[str | Path],
+                      key_ids: Sequence[str]) -> None:
+    """Refuse a sample whose case has another QA path or ground truth than in sample 0.
+
+    Raises:
+        SchemaError: Naming the sample's file and the key_id (a results file of another
+            benchmark or run copied into the run folder).
+    """
+    for data, path in zip(samples[1:], paths[1:], strict=True):
+        for key_id in key_ids:
+            if _truth(data[key_id]) != _truth(samples[0][key_id]):
+                raise SchemaError(f"{path}: {key_id}: QA path or ground truth differs from "
+                                  f"sample 0's ({paths[0]}); every sample of a --samples run "
+                                  f"asks the same cases")
 
 
 def _rows_of(table: CaseTable, key_ids: Sequence[str]) -> CaseTable:
