@@ -193,14 +193,14 @@ class RunStore:
             ConfigError: If the folder's manifest differs in an identity field (names each
                 field), or the folder holds outputs but no manifest.
         """
-        outputs = (self.records_path, self.faults_path, self.results_path)
+        # every sample's results count too: a K=3 run overwritten by K<=2 left a stale
+        # all_results_sample_2.json next to the new run
+        samples = (sorted(self.run_dir.glob(sample_results_path(self.run_dir, 0).name
+                                            .replace("_0.json", "_*.json")))
+                   if self.run_dir.is_dir() else [])
+        outputs = (self.records_path, self.faults_path, self.results_path, *samples)
         if overwrite:
-            # every sample's results too: a K=3 run overwritten by K<=2 left a stale
-            # all_results_sample_2.json next to the new run
-            samples = (sorted(self.run_dir.glob(sample_results_path(self.run_dir, 0).name
-                                                .replace("_0.json", "_*.json")))
-                       if self.run_dir.is_dir() else [])
-            for path in (self.manifest_path, *outputs, *samples):
+            for path in (self.manifest_path, *outputs):
                 if path.exists():
                     path.unlink()
                     logger.info("--overwrite: removed %s", path)

@@ -295,3 +295,12 @@ def test_overwrite_removes_every_earlier_samples_results(bench, tmp_path):
     assert not sample_results_path(run_dir, 2).exists()
     _run(bench, tmp_path / "a", overwrite=True)
     assert not sample_results_path(run_dir, 1).exists()
+
+
+def test_a_stale_samples_file_without_a_manifest_is_refused(bench, tmp_path):
+    # a sample file left in a folder without run_manifest.json would be read as this run's
+    _, run_dir = _run(bench, tmp_path / "a", samples=2)
+    for path in (run_manifest_path(run_dir), records_path(run_dir), all_results_path(run_dir)):
+        path.unlink()
+    with pytest.raises(ConfigError, match="all_results_sample_1.json but no run_manifest"):
+        _run(bench, tmp_path / "a", samples=2)
