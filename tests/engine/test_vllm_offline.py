@@ -395,3 +395,37 @@ def test_option_probs_read_the_engines_logprobs(world):
         assert set(statuses) <= set(OPTION_PROBS_STATUSES) and not statuses["missing"]
     finally:
         model.config, model._sampling = saved
+
+
+def test_two_samples_at_temperature_one_are_seeded_per_request(world):
+    """``--samples 2 --temperature 1.0`` (docs/evaluation_protocol.md, "Sampling").
+
+    Each request carries its sample's seed as ``SamplingParams(seed=...)``: the two samples'
+    records carry distinct seeds, and a rerun gives identical replies (seeded, not greedy).
+    """
+    sampled = create_model("opensource", str(world["model_dir"]), seed=0, max_model_len=4096,
+                           max_new_tokens=eh.MAX_NEW_TOKENS, temperature=1.0,
+                           gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                           engine_kwargs={"dtype": eh.DTYPE})
+    sampled._llm = world["model"].load()  # share the one engine
+    sampled._sampling = sampled._sampling_params()
+    assert sampled._sampling.temperature == 1.0
+    bundle = load_bundle(world["bench"])
+    cases = validate_bundle(bundle)
+    settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="none",
+                            samples=2)
+    raws = []
+    for label in ("sampled_a", "sampled_b"):
+        run_dir = world["root"] / "runs" / label
+        summary = run_evaluation(bundle, cases, sampled, settings, run_dir, overwrite=True)
+        assert summary.cases_finished == len(cases)
+        recs = eh.records(run_dir)
+        seeds = {r["sample"]: r["sample_seed"] for r in recs}
+        assert sorted(seeds) == [0, 1] and seeds[0] != seeds[1]
+        assert Counter(r["sample"] for r in recs) == {0: sum(len(c.turns) for c in cases),
+                                                      1: sum(len(c.turns) for c in cases)}
+        raws.append({(r["key_id"], r["turn"], r["sample"]): r["raw"] for r in recs})
+    assert raws[0] == raws[1]  # the same seeds: the same replies
+    # temperature 1 on a random tiny model: the two samples do not give the same replies
+    assert any(raw != raws[0][(key, turn, 0)]
+               for (key, turn, k), raw in raws[0].items() if k == 1)

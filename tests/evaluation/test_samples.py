@@ -120,7 +120,8 @@ def test_oracle_and_dummy_are_deterministic_by_design(bench, tmp_path):
 
 @pytest.mark.parametrize(("provider", "model", "options", "match"), [
     ("transformers", "tiny", {}, "cannot sample"),
-    ("opensource", "qwen2.5-vl-3b", {}, "cannot sample"),
+    ("opensource", "qwen2.5-vl-3b", {}, "needs --temperature T > 0"),
+    ("opensource", "qwen2.5-vl-3b", {"temperature": 0.0}, "needs --temperature T > 0"),
     ("anthropic", "claude-sonnet-4-5", {}, "cannot sample"),
     ("openai", "gpt-4o", {}, "needs --temperature T > 0"),
     ("openai", "gpt-4o", {"temperature": 0.0}, "needs --temperature T > 0"),
@@ -173,7 +174,7 @@ def test_cli_samples_and_temperature_flags(bench, tmp_path, capsys):
     assert sample_results_path(run_dir, 1).is_file()
     capsys.readouterr()
     assert run_main(main, [*args, "--samples", "2", "--temperature", "0.7"]) == 2
-    assert "--temperature applies to --provider openai / azure / gemini" in \
+    assert "--temperature applies to --provider opensource / openai / azure / gemini" in \
         capsys.readouterr().err
     assert run_main(main, [*args, "--samples", "3"]) == 2
     assert "'sampling'" in capsys.readouterr().err

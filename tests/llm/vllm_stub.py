@@ -5,7 +5,9 @@ with vLLM's ``EngineArgs``) and checks what vLLM checks before scheduling: the i
 against ``limit_mm_per_prompt`` and the prompt length against ``max_model_len`` (ValueError for
 the whole call). ``LLM.chat`` keeps every call and answers each conversation with
 ``responder(conversation) -> (text, finish_reason)``; with ``SamplingParams(logprobs=k)`` each
-output carries vLLM's per-token ``logprobs`` (:func:`sample_logprobs`).
+output carries vLLM's per-token ``logprobs`` (:func:`sample_logprobs`). ``sampling_params`` is
+one ``SamplingParams`` for the call or a list, one per conversation (vLLM's length check);
+:func:`params_of` gives each conversation's.
 
 After it starts, ``LLM.llm_engine.vllm_config.cache_config`` holds the KV cache as vLLM's
 does: ``num_gpu_blocks`` (``num_gpu_blocks_override``, else :data:`DEFAULT_BLOCKS`, where vLLM
@@ -142,6 +144,15 @@ def prompt_length(conversation: list[dict[str, Any]]) -> int:
     return chars // 4 + IMAGE_TOKENS * len(image_parts(conversation))
 
 
+def params_of(sampling_params: Any, count: int) -> list[Any]:
+    """Each of ``count`` conversations' ``SamplingParams``, as ``LLM.chat`` pairs them."""
+    if isinstance(sampling_params, list | tuple):
+        if len(sampling_params) != count:
+            raise ValueError("The lengths of prompts and sampling_params must be the same.")
+        return list(sampling_params)
+    return [sampling_params] * count
+
+
 @dataclass
 class ChatCall:
     """One ``LLM.chat`` call as received."""
@@ -252,12 +263,13 @@ def make_vllm_module(responder: Callable[[list[dict[str, Any]]], tuple[str, str]
                                        {"use_tqdm": use_tqdm,
                                         "chat_template_kwargs": chat_template_kwargs}))
             outputs = []
+            params = params_of(sampling_params, len(conversations))
             for i, conversation in enumerate(conversations):
                 text, finish = respond(conversation)
                 n_prompt = prompt_length(conversation)
                 token_ids, logprobs = list(range(max(1, len(text) // 4))), None
-                if sampling_params is not None and sampling_params.logprobs is not None:
-                    token_ids, logprobs = sample_logprobs(text, sampling_params.logprobs)
+                if params[i] is not None and params[i].logprobs is not None:
+                    token_ids, logprobs = sample_logprobs(text, params[i].logprobs)
                 outputs.append(RequestOutput(
                     request_id=str(i), prompt=None, prompt_token_ids=list(range(n_prompt)),
                     outputs=[CompletionOutput(index=0, text=text, token_ids=token_ids,

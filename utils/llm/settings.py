@@ -560,6 +560,10 @@ class VLLMConfig(ProviderConfig):
     """Pass ``enable_thinking=False`` to the chat template (where it has the switch)."""
     seed: int = option(0, integer(), "--seed")
     """Engine and sampling seed."""
+    temperature: float | None = option(None, number(at_least=0, optional=True),
+                                       "--temperature")
+    """Sampling temperature; None: 0.0, greedy (docs/engines.md, "Decoding"). ``--samples K`` >
+    1 needs it > 0; each request then gets its sample's seed (``SamplingParams(seed=...)``)."""
     max_num_seqs: int | None = option(None, integer(1, optional=True))
     """vLLM ``max_num_seqs``; None: vLLM's default."""
     enforce_eager: bool | None = option(None, boolean(optional=True))

@@ -6,7 +6,9 @@ and its prefix cache reuses each case's history (docs/engines.md, "Offline engin
 :meth:`VLLMChatModel.kv_cache` tells the runners the cache vLLM allocated, and they keep the
 dialogues in flight within it (docs/design.md, "Batching"). Engine settings follow
 docs/engines.md, "Decoding": greedy ``SamplingParams`` (temperature 0, top_p 1, max_tokens
-8192), tensor parallel size = number of visible GPUs, images as base64 data URLs,
+8192; ``--temperature T`` samples instead, each request with its own ``TurnRequest.seed`` as
+``SamplingParams(seed=...)`` under ``--samples K``: docs/evaluation_protocol.md, "Sampling"),
+tensor parallel size = number of visible GPUs, images as base64 data URLs,
 ``limit_mm_per_prompt {"image": 7}`` for every model, ``enable_thinking=False`` passed to the
 chat template with ``--no-thinking``. Requests are fitted
 to the chat template first (system role, strict alternation: docs/chat_templates.md), and one
@@ -299,6 +301,9 @@ class VLLMChatModel(ChatModel):
     description = "vLLM offline engine, GPU or vLLM's CPU build"
     config_class = VLLMConfig
     supports_logprobs = True
+    #: ``--samples K`` > 1 needs ``--temperature T`` > 0; each request's seed goes into its
+    #: own ``SamplingParams`` (docs/evaluation_protocol.md, "Sampling").
+    sampling = "temperature"
 
     @classmethod
     def replica_gpus(cls, model: str, options: Mapping[str, Any], cluster_gpus: float
@@ -356,6 +361,8 @@ class VLLMChatModel(ChatModel):
                                                             self.spec.gpu_num))
         self.max_tokens = int(config.max_new_tokens or DEFAULT_MAX_TOKENS)
         self.seed = int(config.seed)
+        #: Sampling temperature (docs/engines.md, "Decoding"): 0.0, greedy, unless --temperature.
+        self.temperature = 0.0 if config.temperature is None else float(config.temperature)
         self.chat_template_kwargs: dict[str, Any] | None = None
         if config.no_thinking and self.spec.thinking is False:
             logger.warning("--no-thinking: the chat template of %s has no thinking switch; the "
@@ -448,14 +455,20 @@ class VLLMChatModel(ChatModel):
             self._sampling = self._sampling_params()
         return self._llm
 
-    def _sampling_params(self) -> Any:
-        """Greedy ``SamplingParams`` (docs/engines.md, "Decoding"), plus ``logprobs=k``.
+    def _sampling_params(self, seed: int | None = None) -> Any:
+        """``SamplingParams`` of one request (docs/engines.md, "Decoding"), plus ``logprobs=k``.
 
-        ``logprobs=k`` only with ``top_logprobs`` k (``--option-probs``): vLLM then returns, per
-        generated token, the top k and the sampled one.
+        Greedy (temperature 0, top_p 1) unless ``--temperature``. ``logprobs=k`` only with
+        ``top_logprobs`` k (``--option-probs``): vLLM then returns, per generated token, the
+        top k and the sampled one.
+
+        Args:
+            seed: The request's sampling seed (``TurnRequest.seed``, one sample of
+                ``--samples K``); None: the configured ``seed``.
         """
         return self._vllm.SamplingParams(
-            temperature=0.0, top_p=1.0, max_tokens=self.max_tokens, seed=self.seed,
+            temperature=self.temperature, top_p=1.0, max_tokens=self.max_tokens,
+            seed=self.seed if seed is None else int(seed),
             **({"logprobs": self.config.top_logprobs}
                if self.config.top_logprobs is not None else {}))
 
@@ -570,8 +583,8 @@ class VLLMChatModel(ChatModel):
             dtype=self.spec.dtype, trust_remote_code=self.spec.trust_remote_code,
             max_model_len=self.engine_kwargs.get("max_model_len"),
             limit_mm_per_prompt=self.engine_kwargs.get("limit_mm_per_prompt"),
-            sampling={"temperature": 0.0, "top_p": 1.0, "max_output_length": self.max_tokens,
-                      "seed": self.seed},
+            sampling={"temperature": self.temperature, "top_p": 1.0,
+                      "max_output_length": self.max_tokens, "seed": self.seed},
             chat_template_kwargs=self.chat_template_kwargs, image_format="data_url")
 
     def runtime_info(self) -> dict[str, Any]:
@@ -593,15 +606,26 @@ class VLLMChatModel(ChatModel):
                 "chat_format": self.chat_format.record()}
 
     # ---------------------------------------------------------------- generation
-    def _chat(self, conversations: list[list[dict[str, Any]]]) -> list[Any]:
-        outputs = self.load().chat(conversations, sampling_params=self._sampling, use_tqdm=False,
-                                 chat_template_kwargs=self.chat_template_kwargs)
+    def _request_sampling(self, seed: int | None) -> Any:
+        """The started engine's ``SamplingParams`` for a request with ``seed`` (None: shared)."""
+        return self._sampling if seed is None else self._sampling_params(seed)
+
+    def _chat(self, conversations: list[list[dict[str, Any]]],
+              seeds: list[int | None]) -> list[Any]:
+        llm = self.load()
+        # one SamplingParams for the call unless a request carries its own seed (--samples K):
+        # then a list, one per conversation, as LLM.chat takes it
+        sampling = self._sampling if all(s is None for s in seeds) else \
+            [self._request_sampling(s) for s in seeds]
+        outputs = llm.chat(conversations, sampling_params=sampling, use_tqdm=False,
+                           chat_template_kwargs=self.chat_template_kwargs)
         if len(outputs) != len(conversations):
             raise ProviderError(f"vLLM returned {len(outputs)} output(s) for "
                                 f"{len(conversations)} conversation(s)")
         return list(outputs)
 
-    def _run(self, conversations: list[list[dict[str, Any]]]) -> list[Completion]:
+    def _run(self, conversations: list[list[dict[str, Any]]],
+             seeds: list[int | None]) -> list[Completion]:
         """One engine call for all conversations; isolates the ones the engine rejects.
 
         vLLM renders and validates every conversation of an ``LLM.chat`` call before it
@@ -609,11 +633,12 @@ class VLLMChatModel(ChatModel):
         fails the whole call. The call is then retried in halves, down to the bad ones
         (docs/chat_templates.md, "One bad request fails alone"): every good conversation is
         still answered once, in batches, and a batch with one bad conversation of N costs about
-        2·log2(N) calls instead of N.
+        2·log2(N) calls instead of N. ``seeds`` are the conversations' request seeds (None: the
+        configured one), split with them.
         """
         started = time.perf_counter()
         try:
-            outputs = self._chat(conversations)
+            outputs = self._chat(conversations, seeds)
         except self._rejections() as exc:
             if len(conversations) == 1:
                 logger.warning("vLLM rejected a conversation: %s", exc)
@@ -621,7 +646,8 @@ class VLLMChatModel(ChatModel):
             half = len(conversations) // 2
             logger.warning("vLLM rejected a batch of %d conversation(s) (%s); retrying it in "
                            "halves to isolate the bad one(s)", len(conversations), exc)
-            return self._run(conversations[:half]) + self._run(conversations[half:])
+            return (self._run(conversations[:half], seeds[:half])
+                    + self._run(conversations[half:], seeds[half:]))
         elapsed = time.perf_counter() - started
         return [self._completion(output, elapsed) for output in outputs]
 
@@ -665,19 +691,21 @@ class VLLMChatModel(ChatModel):
         rejects (chat template error, prompt longer than ``max_model_len``, too many images),
         gets a ``status="error"`` completion; the others are answered (a first turn over the
         context stops the run, docs/engines.md "Faults"). ``finish_reason == "length"`` gives
-        ``status="truncated"``.
+        ``status="truncated"``. A request with a ``seed`` (``--samples K``) gets its own
+        ``SamplingParams(seed=...)``.
         """
         completions: list[Completion | None] = [None] * len(requests)
-        conversations, positions = [], []
+        conversations, positions, seeds = [], [], []
         for i, request in enumerate(requests):
             try:
                 conversations.append(openai_style_messages(
                     apply_chat_format(request, self.chat_format)))
                 positions.append(i)
+                seeds.append(request.seed)
             except ChexperceptError as exc:
                 completions[i] = _error(str(exc))
         if conversations:
-            for i, completion in zip(positions, self._run(conversations), strict=True):
+            for i, completion in zip(positions, self._run(conversations, seeds), strict=True):
                 completions[i] = _context_rule(requests[i], completion)
         return [c if c is not None else _error("no completion") for c in completions]
 
@@ -751,7 +779,7 @@ class VLLMChatModel(ChatModel):
         final = None
         try:
             prompt = await self._render(engine, conversation)
-            async for output in engine.generate(prompt, self._sampling,
+            async for output in engine.generate(prompt, self._request_sampling(request.seed),
                                                 f"chexpercept-{next(self._request_ids)}"):
                 final = output
         except self._rejections() as exc:

@@ -305,10 +305,6 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
         budgets = check_budget(cases, chat_model)  # before the offline engine loads
         chat_model.start()  # an engine that cannot start leaves no manifest, no record
-        if samples > 1 and chat_model.kv_cache() is not None:
-            raise ConfigError(f"--samples {samples}: the KV-cache window of --provider "
-                              f"{provider} keeps one dialogue per case and cannot hold "
-                              f"{samples} samples yet; use --samples 1")
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
                     model_name, oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier

@@ -27,6 +27,11 @@ plus its own fit :attr:`~utils.llm.base.KVCache.window_tokens`; the first case a
 so a dialogue larger than the window runs alone rather than never. Footprints are bounds of the
 size each dialogue reaches at its last turn, so the window holds while every case in it grows
 to its end. Cases leave when they finish or get no answer (a fault parks them).
+
+With ``--samples K`` each sample of a case is its own dialogue (docs/evaluation_protocol.md,
+"Sampling"): the window holds them apart, by ``(key_id, sample)``, each with the case's
+footprint (the samples' histories share the prefix up to their first differing reply, but the
+window does not count on that).
 """
 
 from __future__ import annotations
@@ -53,14 +58,14 @@ class DialogueWindow:
 
     Attributes:
         cache: The cache.
-        in_flight: key_id -> state of the cases admitted and not yet left.
+        in_flight: ``(key_id, sample)`` -> state of the dialogues admitted and not yet left.
         most_in_flight: The most cases in flight at once so far.
     """
 
     def __init__(self, cache: KVCache, limits: PromptLimits) -> None:
         self.cache = cache
         self.limits = limits
-        self.in_flight: dict[str, CaseState] = {}
+        self.in_flight: dict[tuple[str, int], CaseState] = {}
         self.most_in_flight = 0
         self._prompts: dict[str, int] = {}
         self._sizes: dict[Path, tuple[int, int]] = {}
@@ -102,12 +107,12 @@ class DialogueWindow:
 
     def enter(self, state: CaseState) -> None:
         """Admit ``state`` (whether it fits is the caller's check, :meth:`fits`)."""
-        self.in_flight[state.key_id] = state
+        self.in_flight[(state.key_id, state.dialogue.sample)] = state
         self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
 
     def leave(self, state: CaseState) -> None:
         """``state`` finished or was parked: its footprint is free again."""
-        self.in_flight.pop(state.key_id, None)
+        self.in_flight.pop((state.key_id, state.dialogue.sample), None)
 
     def observe(self, completion: Completion) -> None:
         """Count an answer's output tokens into ``r`` (a fault is no answer: not counted)."""
