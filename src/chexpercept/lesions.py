@@ -108,6 +108,29 @@ def pair_id_from_key_id(key_id: str) -> str:
     return key_id.split("_", 1)[1]
 
 
+_PAIR_TYPES = ("positive", "negative")
+
+
+def pair_type_from_key_id(key_id: str) -> str | None:
+    """MIMIC-ILS pair type (``"positive"`` or ``"negative"``) named by a key_id's pair id.
+
+    A MIMIC-ILS pair id is ``<study_id>_<positive|negative>_<k>`` (docs/benchmark_format.md,
+    "Files"): the type is its second-to-last underscore field when the last one is a
+    non-negative integer. A public-source pair id is ``<image_id>_<positive|negative>``
+    (docs/curation.md, "Public sources"): the type is its last field.
+
+    Returns:
+        ``"positive"``, ``"negative"``, or None when the key_id has no pair id or its pair
+        id carries no such token (e.g. a synthetic key_id).
+    """
+    parts = key_id.partition("_")[2].rsplit("_", 2)
+    if len(parts) >= 2 and parts[-1] in _PAIR_TYPES:
+        return parts[-1]
+    if len(parts) == 3 and parts[1] in _PAIR_TYPES and parts[2].isdigit():
+        return parts[1]
+    return None
+
+
 def has_attribute_stage(lesion: str) -> bool:
     """Whether cases of ``lesion`` get Stage 4 (False for cardiomegaly)."""
     return validate_lesion(lesion) not in NO_ATTRIBUTE_LESIONS

@@ -8,9 +8,13 @@ from scipy.stats import binom
 
 from chexpercept.analysis.detection import (
     balanced_accuracy_interval,
+    check_pair_types,
     confusion_counts,
+    detection_rows,
     metric_rows,
 )
+from chexpercept.errors import SchemaError
+from chexpercept.lesions import QA_PATHS, pair_type_from_key_id
 
 
 def test_confusion_counts_use_ground_truth_and_count_failures_wrong():
@@ -52,8 +56,9 @@ def test_balanced_accuracy_coverage(n):
     """Exact coverage (enumerating every outcome): mean over the cells >= 93 % at nominal
     95 % (issue 23's criterion), and no cell below 92 % (measured minimum 92.8 % at n = 10-15).
 
-    n positives and n negatives (the benchmark pairs each positive path with lesion-free
-    cases); sensitivity and specificity from 0.1 to 0.9 and the chance level 0.5.
+    n positives and n negatives, independent (docs/metrics.md, "Detection metrics": no
+    lesion-free case is matched to a positive); sensitivity and specificity from 0.1 to 0.9
+    and the chance level 0.5.
     """
     k = np.arange(n + 1)
     tp, tn = np.meshgrid(k, k, indexing="ij")
@@ -100,3 +105,55 @@ def test_stage04_run_writes_detection_csv_and_report_section(tmp_path):
     report = (all_dir / "report.md").read_text()
     assert "## Detection: sensitivity and specificity" in report
     assert "detection_metrics.csv" in report
+
+
+@pytest.mark.parametrize(("key_id", "kind"), [
+    ("cardiomegaly_s50000001_positive_0", "positive"),
+    ("opacity_s50000002_negative_2", "negative"),
+    ("edema_img_7_negative", "negative"),  # public source: <image_id>_negative
+    ("edema_img_7_positive", "positive"),
+    ("opacity_k1", None),
+    ("opacity", None),
+    ("opacity_s1_positive_x", None),
+])
+def test_pair_type_from_key_id(key_id, kind):
+    assert pair_type_from_key_id(key_id) == kind
+
+
+def _table(key_ids, paths):
+    from chexpercept.analysis.case_table import METRICS, CaseTable
+
+    n = len(key_ids)
+    values = np.ones((n, len(METRICS)))
+    return CaseTable(name="run_a", key_ids=tuple(key_ids), lesion=np.zeros(n, np.int8),
+                     path=np.array([QA_PATHS.index(p) for p in paths], np.int8),
+                     values=values, applicable=np.ones((n, len(METRICS)), bool),
+                     missing=np.zeros((n, 4), bool), status=np.zeros((n, 4, 1), np.int32),
+                     has_status=False)
+
+
+def test_pair_type_disagreeing_with_qa_path_is_refused():
+    """A lesion_free case whose pair id says positive (and the reverse) would bend
+    sensitivity/specificity: SchemaError naming the run and each key_id."""
+    table = _table(["cardiomegaly_s1_positive_0", "cardiomegaly_s2_negative_0",
+                    "cardiomegaly_s3_negative_1", "cardiomegaly_s4_positive_0"],
+                   ["revision_free", "lesion_free", "revision_required", "lesion_free"])
+    with pytest.raises(SchemaError) as exc:
+        detection_rows(table)
+    msg = str(exc.value)
+    assert "run_a" in msg and "2 case(s)" in msg
+    assert "cardiomegaly_s3_negative_1: pair id says negative, qa_path is 'revision_required'" \
+        in msg
+    assert "cardiomegaly_s4_positive_0: pair id says positive, qa_path is 'lesion_free'" in msg
+    assert "s1_positive_0" not in msg and "s2_negative_0" not in msg
+    with pytest.raises(SchemaError):
+        detection_rows(table, chance=True)
+
+
+def test_pair_types_agreeing_or_absent_pass():
+    table = _table(["cardiomegaly_s1_positive_0", "cardiomegaly_s2_negative_0",
+                    "cardiomegaly_k3", "cardiomegaly_img9_negative"],
+                   ["revision_required", "lesion_free", "lesion_free", "lesion_free"])
+    check_pair_types(table)
+    rows = {r["metric"]: r for r in detection_rows(table) if r["lesion"] == "all"}
+    assert rows["sensitivity"]["n_cases"] == 1 and rows["specificity"]["n_cases"] == 3

@@ -2,7 +2,11 @@
 
 Positives are the lesion-present cases (paths ``revision_required`` and ``revision_free``),
 negatives the ``lesion_free`` cases (docs/benchmark_format.md, "QA paths"). The ground truth
-comes from the path, never from option position ("Yes" is always option 1). A case's detection
+comes from the path, never from option position ("Yes" is always option 1); where the key_id's
+MIMIC-ILS pair id names its pair type (``<study_id>_<positive|negative>_<k>``), that type must
+agree with the path, else :func:`check_pair_types` raises SchemaError. Positives and negatives
+are independent samples: the benchmark matches no lesion-free case to a positive
+(docs/metrics.md, "Detection metrics"). A case's detection
 answer is read from the case table's ``oracle:stage1`` flag, so a failed, unparsed or missing
 answer counts as wrong, as accuracy does (docs/metrics.md, "Stage accuracy"): on a positive it
 is a false negative, on a negative a false positive.
@@ -21,7 +25,8 @@ import numpy as np
 
 from chexpercept.analysis.bootstrap import wilson_interval
 from chexpercept.analysis.case_table import METRIC_INDEX, CaseTable
-from chexpercept.lesions import LESIONS, QA_PATHS
+from chexpercept.errors import SchemaError
+from chexpercept.lesions import LESIONS, QA_PATHS, pair_type_from_key_id
 
 #: Metric names, in the order of the CSV rows.
 DETECTION_METRICS: tuple[str, ...] = (
@@ -32,6 +37,32 @@ DETECTION_COLUMNS: tuple[str, ...] = (
     "lesion", "metric", "value", "ci_low", "ci_high", "k", "n_cases",
 )
 _NEGATIVE_PATH = QA_PATHS.index("lesion_free")
+
+
+def check_pair_types(table: CaseTable) -> None:
+    """Refuse cases whose pair id's type disagrees with their QA path.
+
+    A key_id whose pair id reads ``..._positive_<k>`` must be on a lesion-present path, one
+    reading ``..._negative_<k>`` on ``lesion_free`` (docs/benchmark_format.md, "Files";
+    the detection ground truth is the MIMIC-ILS pair type, docs/qa_generation.md,
+    "Question types").
+    A key_id without such a token is not checked.
+
+    Args:
+        table: A run's (or the chance) case table; ``key_ids`` and ``path`` are read.
+
+    Raises:
+        SchemaError: Naming the run and every disagreeing key_id with its type and path.
+    """
+    bad = []
+    for key_id, path in zip(table.key_ids, table.path.tolist(), strict=True):
+        kind = pair_type_from_key_id(key_id)
+        if kind is not None and (kind == "negative") != (path == _NEGATIVE_PATH):
+            bad.append(f"{key_id}: pair id says {kind}, qa_path is '{QA_PATHS[path]}'")
+    if bad:
+        raise SchemaError(f"run '{table.name}': {len(bad)} case(s) whose pair id's "
+                          f"positive/negative type disagrees with the QA path (detection "
+                          f"ground truth):\n  " + "\n  ".join(bad))
 
 
 def confusion_counts(correct: np.ndarray, positive: np.ndarray) -> tuple[int, int, int, int]:
@@ -123,7 +154,11 @@ def detection_rows(table: CaseTable, chance: bool = False) -> list[dict]:
 
     Returns:
         Rows with the keys of :data:`DETECTION_COLUMNS`.
+
+    Raises:
+        SchemaError: From :func:`check_pair_types`.
     """
+    check_pair_types(table)
     col = METRIC_INDEX["oracle:stage1"]
     asked = table.applicable[:, col]
     positive = table.path != _NEGATIVE_PATH
