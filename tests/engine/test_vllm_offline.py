@@ -429,3 +429,32 @@ def test_two_samples_at_temperature_one_are_seeded_per_request(world):
     # temperature 1 on a random tiny model: the two samples do not give the same replies
     assert any(raw != raws[0][(key, turn, 0)]
                for (key, turn, k), raw in raws[0].items() if k == 1)
+
+
+def test_two_samples_on_the_async_engine_finish_with_their_own_seeds(files):
+    """``--vllm-engine async --samples 2 --temperature 1.0``: AsyncLLM gets each request's seed.
+
+    The async runner's KV window holds both samples of a case (keyed by key_id and sample).
+    """
+    model = create_model("opensource", str(files["model_dir"]), seed=0, max_model_len=4096,
+                         max_new_tokens=eh.MAX_NEW_TOKENS, engine="async", temperature=1.0,
+                         gpu_memory_utilization=eh.CPU_MEMORY_FRACTION, enforce_eager=True,
+                         engine_kwargs={"dtype": eh.DTYPE})
+    bundle = load_bundle(files["bench"])
+    cases = validate_bundle(bundle)
+    settings = EvalSettings(provider="opensource", model="tiny", oracle_setting="none",
+                            samples=2)
+    run_dir = files["root"] / "runs" / "async_sampled"
+    model.start()
+    try:
+        summary = run_evaluation_async(bundle, cases, model, settings, run_dir,
+                                       concurrency=64, overwrite=True)
+    finally:
+        model.close()
+    assert summary.cases_finished == len(cases)
+    recs = eh.records(run_dir)
+    seeds = {r["sample"]: r["sample_seed"] for r in recs}
+    assert sorted(seeds) == [0, 1] and seeds[0] != seeds[1]
+    raw = {(r["key_id"], r["turn"], r["sample"]): r["raw"] for r in recs}
+    assert len(raw) == 2 * sum(len(c.turns) for c in cases)
+    assert any(text != raw[(key, turn, 0)] for (key, turn, k), text in raw.items() if k == 1)
