@@ -157,3 +157,26 @@ def test_pair_types_agreeing_or_absent_pass():
     check_pair_types(table)
     rows = {r["metric"]: r for r in detection_rows(table) if r["lesion"] == "all"}
     assert rows["sensitivity"]["n_cases"] == 1 and rows["specificity"]["n_cases"] == 3
+
+
+def test_stage04_run_refuses_pair_type_contradicting_qa_path(tmp_path, capsys):
+    """Stage 04 on a run whose lesion-free case has a ``_positive_`` pair id stops with the
+    key_id named instead of writing detection metrics that count it as a negative."""
+    from tests.scripts.test_stage04_extended import ANALYZE, _args, _bench, _case, _main, _write
+
+    keys = [("cardiomegaly_s1_positive_0", "revision_free"),
+            ("cardiomegaly_s2_positive_0", "lesion_free")]
+    res = tmp_path / "results"
+    _write(res, "dummy_baseline", [_case(k, p, status="ok") for k, p in keys])
+    out = tmp_path / "out"
+    try:
+        rc = _main(ANALYZE)(_args(res, out, "--benchmark-dir", str(_bench(tmp_path, keys))))
+    except SchemaError as exc:
+        msg = str(exc)
+    else:
+        assert rc != 0
+        msg = capsys.readouterr().err
+    assert "cardiomegaly_s2_positive_0: pair id says positive, qa_path is 'lesion_free'" in msg
+    assert "all_results.json" in msg  # the run's file is named
+    # refused before any table of the run is written
+    assert not [p for p in (*res.rglob("*.csv"), *out.rglob("*.csv"))]

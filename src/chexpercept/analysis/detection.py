@@ -21,6 +21,8 @@ tests/analysis/test_detection.py (>= 93 % at nominal 95 %, n from 10 to 200).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from chexpercept.analysis.bootstrap import wilson_interval
@@ -39,7 +41,7 @@ DETECTION_COLUMNS: tuple[str, ...] = (
 _NEGATIVE_PATH = QA_PATHS.index("lesion_free")
 
 
-def check_pair_types(table: CaseTable) -> None:
+def check_pair_types(table: CaseTable, *, source: str | Path | None = None) -> None:
     """Refuse cases whose pair id's type disagrees with their QA path.
 
     A key_id whose pair id reads ``..._positive_<k>`` must be on a lesion-present path, one
@@ -50,9 +52,11 @@ def check_pair_types(table: CaseTable) -> None:
 
     Args:
         table: A run's (or the chance) case table; ``key_ids`` and ``path`` are read.
+        source: The run's results file, named in the error; None: the run's name is.
 
     Raises:
-        SchemaError: Naming the run and every disagreeing key_id with its type and path.
+        SchemaError: Naming the file (or run) and every disagreeing key_id with its type
+            and path.
     """
     bad = []
     for key_id, path in zip(table.key_ids, table.path.tolist(), strict=True):
@@ -60,7 +64,8 @@ def check_pair_types(table: CaseTable) -> None:
         if kind is not None and (kind == "negative") != (path == _NEGATIVE_PATH):
             bad.append(f"{key_id}: pair id says {kind}, qa_path is '{QA_PATHS[path]}'")
     if bad:
-        raise SchemaError(f"run '{table.name}': {len(bad)} case(s) whose pair id's "
+        where = source if source is not None else f"run '{table.name}'"
+        raise SchemaError(f"{where}: {len(bad)} case(s) whose pair id's "
                           f"positive/negative type disagrees with the QA path (detection "
                           f"ground truth):\n  " + "\n  ".join(bad))
 

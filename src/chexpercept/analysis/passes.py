@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.analysis._workers import worker_pool
+from chexpercept.analysis.detection import check_pair_types
 from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
 from chexpercept.analysis.option_order import option_tables
@@ -72,7 +73,9 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
         InputError: If the run has no ``all_results.json``.
         SchemaError: As :func:`extended.analyse_run_file` (invalid JSON, or naming every bad
             key_id), or from the viewer's ``records.jsonl``; from
-            :func:`option_order.option_tables` for a bad ``option_order`` or ground truth.
+            :func:`option_order.option_tables` for a bad ``option_order`` or ground truth;
+            from :func:`detection.check_pair_types` for a case whose pair id's
+            positive/negative type disagrees with its ``qa_path``.
     """
     store = RunStore(run.run_dir)
     data = store.read_results(validate=False, missing_ok=False)
@@ -80,6 +83,8 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
                                 limit=options.limit, key_pool=key_pool, results=scored)
     del scored
+    # before anything of this run is written: a pair id contradicting its path (detection)
+    check_pair_types(analysis.table, source=run.all_results)
     # the option-position tables read the same parsed file (docs/metrics.md, "Option order")
     analysis = replace(analysis, option_order=option_tables(
         data, analysis.table.key_ids, options.option_counts, run.all_results))
