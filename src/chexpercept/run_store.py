@@ -363,9 +363,7 @@ class RunStore:
                 (``session.encode_member``); the file is then byte-identical to
                 ``files.write_json_atomic`` of the same object.
         """
-        members = list(members)
-        write_text_atomic(self.results_path, "{\n  " + ",\n  ".join(members) + "\n}\n"
-                             if members else "{}\n")
+        self.write_sample_results(0, members)
 
     def sample_results_path(self, sample: int) -> Path:
         """The results file of ``sample`` (``all_results.json`` for 0).
@@ -375,7 +373,11 @@ class RunStore:
         return self.results_path if sample == 0 else sample_results_path(self.run_dir, sample)
 
     def write_sample_results(self, sample: int, members: Iterable[str]) -> None:
-        """:meth:`write_results` of sample ``sample`` (k >= 1: its own file)."""
+        """Write sample ``sample``'s results file atomically from encoded members.
+
+        ``all_results.json`` for sample 0, ``all_results_sample_<k>.json`` for k >= 1
+        (:meth:`sample_results_path`); the members as in :meth:`write_results`.
+        """
         members = list(members)
         write_text_atomic(self.sample_results_path(sample),
                           "{\n  " + ",\n  ".join(members) + "\n}\n" if members else "{}\n")

@@ -597,19 +597,19 @@ class RunSession:
         """Rewrite ``all_results.json`` (finished cases, unfinished selected ones marked).
 
         Returns:
-            The number of finished cases written.
+            The number of cases finished in every sample (in sample 0 for K = 1).
         """
         self.writer.sync()  # the records behind the results are on disk first
         selected = {s.key_id for s in self.active_states}
-        self.store.write_results(results_members(self.states.values(), self.settings.model,
-                                                 self.store.results_path, selected))
-        for k, states in sorted(self.sample_states.items()):  # --samples: one file each
+        every = {0: self.states, **self.sample_states}  # --samples: one file each
+        for k, states in sorted(every.items()):
             path = self.store.sample_results_path(k)
             self.store.write_sample_results(k, results_members(states.values(),
                                                                self.settings.model, path,
                                                                selected))
         self.dirty = False
-        return sum(s.dialogue.finished for s in self.states.values())
+        return sum(all(states[key_id].dialogue.finished for states in every.values())
+                   for key_id in self.states)
 
     def checkpoint(self) -> int:
         """:meth:`write_results` and one log line saying so (every runner's checkpoint).
@@ -777,8 +777,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     return RunSession(store, settings, states,
                       [sample[c.key_id] for c in cases for sample in every], summary,
                       fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
-                      sample_states=dict(enumerate(every))
-                      if settings.samples > 1 else None)
+                      sample_states={k: st for k, st in enumerate(every) if k})
 
 
 def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
