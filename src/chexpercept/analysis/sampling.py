@@ -17,7 +17,6 @@ the same parsed answer (``agree_all``) and the mean share of agreeing sample pai
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -34,10 +33,14 @@ from chexpercept.analysis.case_table import (
     CaseTable,
     results_case_table,
 )
+from chexpercept.analysis.error_anatomy import QUESTIONS, case_answers
 from chexpercept.errors import SchemaError
 from chexpercept.lesions import QA_PATHS
 
 logger = logging.getLogger(__name__)
+
+#: Turn name -> its stage block (``all_results.json`` section).
+SECTION_OF = {question: section for question, section, _ in QUESTIONS}
 
 #: The stage accuracies whose sampling variance is reported (the columns of
 #: ``stage_accuracy_ci.csv``: end-to-end and oracle-passed, stages 1-4).
@@ -51,21 +54,23 @@ SAMPLING_COLUMNS: tuple[str, ...] = ("path", "metric", "samples", "value", "sd_b
                                      "ci_low", "ci_high", "n_cases")
 
 
-def _answer(block: Any) -> str | None:
-    """A stage block's parsed answer(s) as one comparable text; None when the stage is absent.
-
-    Stage 1 keeps its answer under ``response``, the others under ``responses`` (a string or
-    a dict over the sub-questions; docs/evaluation_protocol.md, "Run folder").
-    """
-    if not isinstance(block, dict) or not block:
-        return None
-    value = block.get("response", block.get("responses"))
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
 def _stage_answers(data: dict[str, Any], key_ids: Sequence[str]) -> list[list[str | None]]:
-    """Per case (``key_ids`` order) the answer of each stage 1-4 (:func:`_answer`)."""
-    return [[_answer(data[k].get(STAGE_FIELDS[s])) for s in range(1, 5)] for k in key_ids]
+    """Per case (``key_ids`` order) the parsed answer of each stage 1-4, as comparable text.
+
+    A stage's answer is the option numbers chosen on each of its questions, read by
+    :func:`chexpercept.analysis.error_anatomy.case_answers` (the one reader of stored answers:
+    ``"3,1"`` and ``"1,3"`` are the same choice). None when the stage was not asked, or when
+    any of its questions has no answer (a status other than ``ok``, or no option named): a
+    failed answer is neither agreement nor disagreement.
+    """
+    out = []
+    for key_id in key_ids:
+        chosen: dict[str, list[tuple[int, ...] | None]] = {}
+        for a in case_answers(data[key_id]):
+            chosen.setdefault(SECTION_OF[a.question], []).append(a.chosen)
+        out.append([None if not (v := chosen.get(STAGE_FIELDS[k])) or None in v else repr(v)
+                    for k in range(1, 5)])
+    return out
 
 
 def _agreement(answers: Sequence[Sequence[str | None]]) -> tuple[float, float] | None:
