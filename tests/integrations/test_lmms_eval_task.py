@@ -338,6 +338,17 @@ def test_converter_refuses_a_case_twice_and_a_reply_that_is_not_text(tmp_path):
     assert read_lmms_samples(path).replies[0].text == ""
 
 
+def test_converter_refuses_a_case_without_its_key_id_setting_or_bundle(tmp_path):
+    # before: a missing field became the text 'None' and failed much later, far from the line
+    path = tmp_path / "samples.jsonl"
+    for field in ("key_id", "oracle_setting", "benchmark_dir"):
+        line = json.loads(_samples_line("k1", "Answer: 1"))
+        del line["chexpercept_case"][field]
+        path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+        with pytest.raises(SchemaError, match=f"line 1: .*lacks {field}"):
+            read_lmms_samples(path)
+
+
 #: A plugin package for lmms-eval's CLI (``LMMS_EVAL_PLUGINS``): the simple stand-in model
 #: under the name ``chexpercept_scripted`` (a legacy plugin needs a ``tasks`` package too).
 PLUGIN_MODEL = textwrap.dedent(f"""

@@ -106,15 +106,20 @@ def read_lmms_samples(samples_path: str | Path) -> LmmsRun:
             if not isinstance(case, dict):
                 raise SchemaError(f"{where}: no {CASE_KEY!r} field: not a samples file of the "
                                   f"chexpercept_* lmms-eval tasks (lmms-eval --log_samples)")
-            key_id = str(case.get("key_id"))
+            missing = [f for f in ("key_id", "oracle_setting", "benchmark_dir")
+                       if not isinstance(case.get(f), str) or not case.get(f)]
+            if missing:
+                raise SchemaError(f"{where}: {CASE_KEY!r} lacks {', '.join(missing)} (a string "
+                                  f"each); not written by the chexpercept_* lmms-eval tasks")
+            key_id = case["key_id"]
             if key_id in seen:  # lmms-eval logs each doc once; two lines would race to score
                 raise SchemaError(f"{where}: key_id {key_id!r} again (first on line "
                                   f"{seen[key_id]}); convert one run's samples file")
             seen[key_id] = line_no
             key_ids.append(key_id)
             replies += _case_replies(case, where)
-            settings.add(str(case.get("oracle_setting")))
-            bundles.add(str(case.get("benchmark_dir")))
+            settings.add(case["oracle_setting"])
+            bundles.add(case["benchmark_dir"])
             if not case.get("finished", False):
                 errors[key_id] = EMPTY_ROUND
     if not key_ids:
