@@ -25,7 +25,7 @@ from chexpercept.bundle import ALL, check_bundle, ordinal, point_text, stats_row
 from chexpercept.errors import InputError
 from chexpercept.files import read_json, write_text_atomic
 from chexpercept.layouts import BenchmarkLayout, repo_root
-from chexpercept.lesions import LESIONS, QA_PATHS, expected_stages
+from chexpercept.lesions import LESIONS, QA_PATHS, expected_stages, lesion_from_key_id
 from chexpercept.parquet_bundle import (
     CASE_JSON,
     DATA_DIR,
@@ -124,7 +124,7 @@ def features() -> Any:
 
 def _question_columns(key_id: str, item: BenchmarkItem) -> dict[str, Any]:
     """The question columns of the questions the case's path asks (others None)."""
-    lesion = key_id.split("_", 1)[0]
+    lesion = lesion_from_key_id(key_id)
     asked = expected_stages(qa_path_of(item, key_id), lesion)
     found: dict[str, tuple[str, list[str], str, int | list[int]]] = {}
     det = item.detection_qa
@@ -186,7 +186,7 @@ def case_row(key_id: str, raw: Mapping[str, Any], item: BenchmarkItem,
 
     rels = case_image_relpaths(raw)  # detection, contour eval, points, options (in order)
     singles = [image(r) for r in rels[:3]] + [None] * (3 - min(3, len(rels)))
-    return {"key_id": key_id, "lesion": key_id.split("_", 1)[0],
+    return {"key_id": key_id, "lesion": lesion_from_key_id(key_id),
             "qa_path": qa_path_of(item, key_id), "pair_id": raw.get("pair_id"),
             "dicom_id": raw.get("dicom_id"), "data_source": raw.get("data_source"),
             "initial_context": item.contour_qa.initial_context if item.contour_qa else None,
