@@ -337,6 +337,14 @@ def unpacked_bundle_dir(dataset_digest: str) -> Path:
     return cache_root() / "parquet_bundles" / dataset_digest[:16]
 
 
+def parquet_digest_index_path() -> Path:
+    """``<cache>/parquet_bundles/digests.json``: parquet datasets' digests across processes.
+
+    Written by :func:`chexpercept.parquet_bundle.dataset_digest` (docs/hf_dataset.md).
+    """
+    return cache_root() / "parquet_bundles" / "digests.json"
+
+
 def eval_run_dir(output_path: str | Path, provider: str, model: str, oracle_setting: str,
                  *, no_thinking: bool = False) -> Path:
     """``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` (a Stage 03 run).

@@ -25,7 +25,7 @@ from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import write_json_atomic
-from chexpercept.layouts import BenchmarkLayout, unpacked_bundle_dir
+from chexpercept.layouts import BenchmarkLayout, parquet_digest_index_path, unpacked_bundle_dir
 from utils.deps import require
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,13 @@ def is_parquet_bundle(root: str | Path) -> bool:
 #: Digests already computed in this process, keyed by every file's (path, size, mtime_ns):
 #: Stage 03 loads the bundle twice (selection, then the run), and a paper-sized dataset is GBs.
 _DIGESTS: dict[tuple[tuple[str, int, int], ...], str] = {}
+def _read_digest_index() -> dict[str, str]:
+    """The cross-process digest index; empty when absent or unreadable (it is only a cache)."""
+    try:
+        index = json.loads(parquet_digest_index_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def _digest_files(root: Path) -> list[Path]:
@@ -90,14 +97,22 @@ def dataset_digest(root: str | Path) -> str:
     """sha256 (hex) of every shard's and sidecar's relative path, size and bytes, in order.
 
     Names the unpacked copy (:func:`unpack_parquet_bundle`): any change to a shard or a
-    sidecar gives a new one. Computed once per process for unchanged files (same path, size
-    and modification time).
+    sidecar gives a new one. Computed once for unchanged files (same path, size and
+    modification time): remembered in this process and in the cache's
+    ``layouts.parquet_digest_index_path()``, so another process reuses it without reading
+    the shards.
     """
     root = Path(root)
     files = _digest_files(root)
     key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
     if key in _DIGESTS:
         return _DIGESTS[key]
+    key_hash = hashlib.sha256(repr(key).encode()).hexdigest()
+    index = _read_digest_index()
+    known = index.get(key_hash)
+    if isinstance(known, str) and re.fullmatch(r"[0-9a-f]{64}", known):
+        _DIGESTS[key] = known
+        return known
     digest = hashlib.sha256()
     for path in files:
         digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
@@ -105,6 +120,12 @@ def dataset_digest(root: str | Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     _DIGESTS[key] = digest.hexdigest()
+    try:  # re-read: another process may have added its own entry meanwhile
+        write_json_atomic(parquet_digest_index_path(),
+                          {**_read_digest_index(), key_hash: _DIGESTS[key]})
+    except OSError as exc:
+        logger.warning("parquet digest not remembered in %s (%s); it is computed again next "
+                       "time", parquet_digest_index_path(), exc)
     return _DIGESTS[key]
 
 

@@ -315,6 +315,29 @@ def test_unpacked_copy_is_reused_and_follows_the_shards(tmp_path):
         "category"] == "restricted"
 
 
+def test_a_new_process_reuses_the_digest_without_reading_the_shards(tmp_path, monkeypatch):
+    # before: every process (each run, part, Stage 04) read every shard again to find its copy
+    from chexpercept import parquet_bundle
+
+    bench = _bench(tmp_path / "bench")
+    out = tmp_path / "ds"
+    assert _export(bench, out) == 0
+    first = parquet_bundle.dataset_digest(out)
+    monkeypatch.setattr(parquet_bundle, "_DIGESTS", {})  # as in a new process
+
+    def no_read(*args, **kwargs):
+        raise AssertionError(f"shard read again: {args[0]}")
+
+    monkeypatch.setattr(parquet_bundle, "open", no_read, raising=False)
+    assert parquet_bundle.dataset_digest(out) == first
+    monkeypatch.undo()
+    monkeypatch.setenv("CHEXPERCEPT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(parquet_bundle, "_DIGESTS", {})
+    shard = parquet_files(out)[0]
+    pq.write_table(pq.read_table(shard).slice(0, 3), shard)  # a changed shard: hashed again
+    assert parquet_bundle.dataset_digest(out) != first
+
+
 def test_export_refuses_a_parquet_input_and_a_missing_bundle(tmp_path, capsys):
     bench = _bench(tmp_path / "bench")
     assert _export(bench, tmp_path / "ds") == 0
