@@ -8,7 +8,7 @@ import pytest
 from chexpercept.analysis.confidence import auroc_delong
 from chexpercept.errors import ChexperceptError
 from chexpercept.evaluation.option_probs import (
-    answer_position_top_logprobs,
+    answer_position,
     option_probs_from_top_logprobs,
 )
 
@@ -23,8 +23,8 @@ def test_option_probs_renormalise_and_merge_whitespace():
 def test_answer_position_is_first_digit_token():
     steps = [("Answer", {"Answer": -0.1}), (":", {":": -0.1}), (" 2", {" 2": -0.2, " 1": -1.9}),
              ("3", {"3": -0.1})]
-    assert answer_position_top_logprobs(steps) == {" 2": -0.2, " 1": -1.9}
-    assert answer_position_top_logprobs([("No", {"No": -0.1})]) is None
+    assert answer_position(steps)[2] == {" 2": -0.2, " 1": -1.9}
+    assert answer_position([("No", {"No": -0.1})]) is None
 
 
 def test_option_probs_refuse_when_no_option_listed():

@@ -6,8 +6,10 @@ and AUROC"):
 
 - ``{"status": "ok", "probs": {"1": p1, ...}, "residual": r, "token_index": i}`` where the
   parser read an answer and the first generated number token is that answer;
-- ``{"status": <why not>}`` otherwise, one of :data:`OPTION_PROBS_STATUSES`: no probability is
-  ever made up (no zeros, no uniform guess), and Stage 04 counts such turns apart.
+- ``{"status": <why not>}`` otherwise, one of :data:`OPTION_PROBS_STATUSES`: a turn without
+  usable log-probabilities gets no probabilities at all (no zeros, no uniform guess), and
+  Stage 04 counts such turns apart. (Within an ``ok`` turn, an option absent from the top-k
+  gets 0: see :func:`option_probs_from_top_logprobs`.)
 
 The functions here are pure: :func:`answer_position` finds the token where the answer number is
 emitted, :func:`option_probs_from_top_logprobs` turns its top-k log-probabilities into option
@@ -54,23 +56,6 @@ def answer_position(
     return None
 
 
-def answer_position_top_logprobs(
-    steps: Sequence[tuple[str, Mapping[str, float]]],
-) -> Mapping[str, float] | None:
-    """The top-k log-probabilities at the position where the answer number is emitted.
-
-    Args:
-        steps: As :func:`answer_position`.
-
-    Returns:
-        The candidate map of the first step whose token text, stripped of whitespace, is a
-        non-empty digit string; None when no generated token is a number (then the answer has
-        no option probabilities, never a guessed one).
-    """
-    found = answer_position(steps)
-    return None if found is None else found[2]
-
-
 def option_probs_from_top_logprobs(
     top_logprobs: Mapping[str, float], n_options: int
 ) -> tuple[dict[str, float], float]:
@@ -84,10 +69,10 @@ def option_probs_from_top_logprobs(
 
     Returns:
         ``(probs, residual)``: ``probs`` maps each option number to its mass renormalised over
-        the options found in the top-k; an option absent from the top-k gets 0.0 (its true mass
-        is at most the smallest listed one, which is not guessed). ``residual`` is the raw mass
-        of the top-k *not* on any option number plus an option-mass bound of 0 — i.e.
-        ``1 - sum(raw option mass)`` — recorded so a reader sees how much was renormalised away.
+        the options found in the top-k; an option absent from the top-k gets 0.0 (a floor: its
+        true mass is at most the smallest listed one and is not estimated). ``residual`` is
+        ``max(0, 1 - sum(exp(logprob)))`` over the option tokens in the top-k: the mass that
+        was renormalised away, recorded so a reader sees it.
 
     Raises:
         ChexperceptError: ``n_options < 1``, a non-finite or positive log-probability, or no
