@@ -159,6 +159,20 @@ def case_result(dialogue: Dialogue, replies: Sequence[RecordedReply],
     return build_case_result(dialogue, [r.to_json()["usage"] for r in replies], model_id)
 
 
+#: ``all_results.json`` sections of the four stages (docs/metrics.md, "Stage accuracy").
+STAGE_SECTIONS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",
+                  "attribute_extraction_qa")
+
+
+def stage_flags(result: Mapping[str, Any]) -> dict[str, bool]:
+    """``section -> correct`` of the stages a case result (:func:`case_result`) holds.
+
+    The stages of the case's path only, scored by ``results.build_case_result`` as Stage 03
+    scores them (rotation turns of ``--option-order circular`` left out).
+    """
+    return {s: bool(result[s]["correct"]) for s in STAGE_SECTIONS if result.get(s)}
+
+
 class RecordedModel(ChatModel):
     """A provider that answers every request from a table of recorded replies.
 

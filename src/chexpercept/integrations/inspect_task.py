@@ -33,7 +33,13 @@ from typing import Any
 from chexpercept.errors import MissingDependencyError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, select_key_ids, validate_bundle
 from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, Dialogue, PreparedTurn
-from chexpercept.evaluation.replay import RecordedReply, answer_turn, case_result, replay_case
+from chexpercept.evaluation.replay import (
+    RecordedReply,
+    answer_turn,
+    case_result,
+    replay_case,
+    stage_flags,
+)
 from chexpercept.integrations.inspect_log import REPLIES_KEY, TASK_NAME
 
 try:
@@ -56,11 +62,6 @@ except ImportError as exc:  # pragma: no cover - the extra is in dev
     raise MissingDependencyError(
         f"the inspect_ai task needs the Python package 'inspect_ai', which is not installed "
         f"({exc}). Install it with: pip install -e \".[inspect]\"") from exc
-
-#: ``all_results.json`` sections of the four stages (docs/metrics.md, "Stage accuracy").
-STAGE_SECTIONS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",
-                  "attribute_extraction_qa")
-
 
 class TurnFault(RuntimeError):
     """A turn got no answer (an inspect model error); the sample fails, nothing is scored."""
@@ -157,11 +158,6 @@ def chexpercept_dialogue(cases: Mapping[str, EvalCase], oracle_setting: str):  #
         return state
 
     return solve
-
-
-def stage_flags(result: Mapping[str, Any]) -> dict[str, bool]:
-    """``section -> correct`` of the stages a case result holds (its path's stages)."""
-    return {s: bool(result[s]["correct"]) for s in STAGE_SECTIONS if result.get(s)}
 
 
 @scorer(metrics=[accuracy(), stderr()])

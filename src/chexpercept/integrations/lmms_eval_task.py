@@ -48,8 +48,7 @@ from chexpercept.evaluation.dialogue import (
     PreparedTurn,
     request_id,
 )
-from chexpercept.evaluation.replay import RecordedReply, replay_case
-from chexpercept.evaluation.scoring import stage_correct
+from chexpercept.evaluation.replay import RecordedReply, case_result, replay_case, stage_flags
 from utils.deps import require
 from utils.imaging import load_image
 
@@ -368,18 +367,16 @@ def score_case(case: EvalCase, setting: str, outputs: Sequence[Any]) -> dict[str
     replies, stopped = replies_of(case, outputs)
     dialogue = replay_case(case, setting, replies)
     finished = dialogue.finished and not stopped
-    by_section: dict[str, list[bool]] = {}
     turns = {}
     for turn in case.turns:
         outcome = dialogue.outcomes.get(turn.spec.name)
         if outcome is None:
             continue
-        by_section.setdefault(turn.spec.section, []).append(outcome.correct)
         user_text = dialogue.history[dialogue.history_idx[turn.spec.name]][0]
         turns[turn.spec.name] = {"raw": outcome.raw, "parsed": outcome.parsed.text,
                                  "status": outcome.parsed.status, "correct": outcome.correct,
                                  "user_text": user_text}
-    stages = ({s: stage_correct(v) for s, v in by_section.items()} if finished else {})
+    stages = stage_flags(case_result(dialogue, replies, "")) if finished else {}
     return {"key_id": case.key_id, "qa_path": case.qa_path, "oracle_setting": setting,
             "finished": finished, "stages": stages, "turns": turns}
 
