@@ -77,6 +77,12 @@ FSYNC_INTERVAL_S = 1.0
 Records = dict[str, dict[str, dict[str, Any]]]
 
 
+def _write_members(path: Path, members: Iterable[str]) -> None:
+    """Write a results file atomically from encoded members (:meth:`RunStore.write_results`)."""
+    members = list(members)
+    write_text_atomic(path, "{\n  " + ",\n  ".join(members) + "\n}\n" if members else "{}\n")
+
+
 def identity_diffs(old: Mapping[str, Any], new: Mapping[str, Any], *, old_name: str,
                    new_name: str, sep: str = ": ", skip: Sequence[str] = ()) -> list[str]:
     """One line per identity field (:data:`IDENTITY_FIELDS`) whose values differ.
@@ -363,7 +369,7 @@ class RunStore:
                 (``session.encode_member``); the file is then byte-identical to
                 ``files.write_json_atomic`` of the same object.
         """
-        self.write_sample_results(0, members)
+        _write_members(self.results_path, members)
 
     def sample_results_path(self, sample: int) -> Path:
         """The results file of ``sample`` (``all_results.json`` for 0).
@@ -378,9 +384,10 @@ class RunStore:
         ``all_results.json`` for sample 0, ``all_results_sample_<k>.json`` for k >= 1
         (:meth:`sample_results_path`); the members as in :meth:`write_results`.
         """
-        members = list(members)
-        write_text_atomic(self.sample_results_path(sample),
-                          "{\n  " + ",\n  ".join(members) + "\n}\n" if members else "{}\n")
+        if sample == 0:
+            self.write_results(members)
+        else:
+            _write_members(self.sample_results_path(sample), members)
 
     def samples(self) -> int:
         """K of a ``--samples K`` run, from the manifest (1 without one or for K = 1).
