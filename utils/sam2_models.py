@@ -14,6 +14,7 @@ from typing import Any
 
 from utils.deps import require
 from utils.errors import InputError
+from utils.weights import load_weights
 
 logger = logging.getLogger(__name__)
 
@@ -33,25 +34,26 @@ def load_sam2_predictor(checkpoint: str, config: str, device: str, *, what: str)
 
     Raises:
         MissingDependencyError: If sam2 is not installed (names the install line and ``what``).
-        InputError: If the checkpoint does not fit the config.
+        InputError: If the checkpoint does not fit the config, holds pickled objects besides
+            tensors (never unpickled) or is no torch checkpoint
+            (:func:`utils.weights.load_weights`).
     """
     require("sam2", "sam", what)
     from sam2.build_sam import build_sam2
     from sam2.sam2_image_predictor import SAM2ImagePredictor
 
+    state = load_weights(checkpoint, "mask_deformation.sam2_checkpoint")
     try:
         if Path(config).is_file():
-            import torch
             from hydra.utils import instantiate
             from omegaconf import OmegaConf
 
             model = instantiate(OmegaConf.load(config).model, _recursive_=True)
-            state = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
-            model.load_state_dict(state, strict=True)
-            model = model.to(device).eval()
-        else:
-            model = build_sam2(config, ckpt_path=checkpoint, device=device)
-    except (RuntimeError, KeyError) as exc:
+        else:  # built without weights; sam2's own loader is not used (the file is read above)
+            model = build_sam2(config, ckpt_path=None, device=device)
+        model.load_state_dict(state["model"], strict=True)
+        model = model.to(device).eval()
+    except (RuntimeError, KeyError, TypeError) as exc:
         raise InputError(f"cannot load SAM2 checkpoint {checkpoint} with config {config} "
                          f"(mask_deformation.sam2_checkpoint / sam2_config): {exc}") from None
     logger.info("SAM2 %s loaded on %s", checkpoint, device)

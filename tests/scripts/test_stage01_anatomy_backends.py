@@ -86,3 +86,34 @@ def test_models_alias_without_weights_is_one_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "anatomy.backend 'models' (deprecated" in err and "anatomy.cxas_weights" in err
     assert not (paths["out01"] / "cxas_pred").exists()  # failed before any work
+
+
+class _WritesAFile:
+    """Unpickling this writes ``marker``: the payload of a hostile checkpoint (issue 29)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"import pathlib; pathlib.Path({str(self.marker)!r}).write_text('ran')",))
+
+
+def test_a_hostile_cxas_checkpoint_is_refused_and_its_code_never_runs(tmp_path, capsys):
+    """Was: the weights-only load failed, the loader retried with pickle and the payload ran."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchxrayvision")
+    marker = tmp_path / "pwned"
+    weights = tmp_path / "cxas.pth"
+    torch.save({"model": {"conv.weight": torch.zeros(1)}, "x": _WritesAFile(marker)}, weights)
+    paths = stage01_inputs.write_inputs(tmp_path, stage01_anatomy=False)
+    cfg = paths["config"]
+    cfg.write_text(cfg.read_text() + f"anatomy:\n  backend: cxas\n  device: cpu\n"
+                                      f"  cxas_weights: {weights}\n")
+    assert run_main(_main("00_generate_anatomy_mask.py"), ["--config", str(cfg),
+                                                           "--no-progress"]) == 2
+    assert not marker.exists()
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert f"anatomy.cxas_weights {weights}:" in line
+    assert "docs/building.md, 'Model weights'" in line
+    assert "Traceback" not in err

@@ -17,7 +17,6 @@ The latent mean is decoded (no sampling), so results are deterministic.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,9 +28,11 @@ import numpy as np
 from chexpercept.anatomy.backends import LAYOUT_CHEXMASK, AnatomySegmenter, resolve_device
 from chexpercept.anatomy.names import CHEXMASK_FILES
 from chexpercept.errors import ConfigError, SchemaError
+from chexpercept.files import read_json
 from chexpercept.images import WORK_SIZE
 from chexpercept.layouts import repo_root
 from utils.deps import import_from_checkout, require
+from utils.weights import load_weights
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import AnatomyConfig
@@ -139,7 +140,7 @@ def _model_config(weights: Path, config_path: str | None) -> dict[str, Any]:
     if config_path and not path.is_file():
         raise ConfigError(f"anatomy.chexmask_u_config {path} is not a file")
     if path.is_file():
-        data = json.loads(path.read_text())
+        data = read_json(path)
         if not isinstance(data, dict):
             raise ConfigError(f"anatomy.chexmask_u_config {path}: expected a JSON object")
         config.update(data)
@@ -164,6 +165,9 @@ def load_hybridgnet(checkout: str | Path | None, weights: str | Path | None,
 
     Raises:
         ConfigError: If the weights are unset, missing or do not fit the model.
+        InputError: If the weights file holds pickled objects besides tensors (never
+            unpickled) or is no torch checkpoint (:func:`utils.weights.load_weights`).
+        SchemaError: If the model config file is not JSON (naming it).
         MissingDependencyError: If the clone, torch or the clone's packages (torch_geometric,
             huggingface_hub) are missing.
     """
@@ -174,7 +178,7 @@ def load_hybridgnet(checkout: str | Path | None, weights: str | Path | None,
     wpath = Path(weights).expanduser()
     if not wpath.is_file():
         raise ConfigError(f"anatomy.chexmask_u_weights {wpath} is not a file")
-    torch = require("torch", "anatomy", _FEATURE)
+    require("torch", "anatomy", _FEATURE)
     device = resolve_device(device, "anatomy.device")
     root = Path(checkout).expanduser() if checkout else default_checkout()
     module = import_from_checkout(
@@ -182,7 +186,7 @@ def load_hybridgnet(checkout: str | Path | None, weights: str | Path | None,
         fix="run `bash setup.sh` (clones https://github.com/mcosarinsky/CheXmask-U) or set "
             "anatomy.chexmask_u_path to a clone")["models.HybridGNet2IGSC"]
     model = module.HybridGNetHF(device=device, **_model_config(wpath, config_path))
-    state = torch.load(wpath, map_location=device, weights_only=True)
+    state = load_weights(wpath, "anatomy.chexmask_u_weights", map_location=device)
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not state:

@@ -26,6 +26,7 @@ from chexpercept.anatomy.backends import LAYOUT_CXAS, AnatomySegmenter, resolve_
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.images import WORK_SIZE
 from utils.deps import require
+from utils.weights import load_weights
 
 if TYPE_CHECKING:
     from chexpercept.config_schema import AnatomyConfig
@@ -50,7 +51,7 @@ def cxas_state_dict(checkpoint: Any, where: str | Path) -> dict[str, Any]:
     (the same rules torchxrayvision 1.5.7 applies when it loads its own file).
 
     Args:
-        checkpoint: What ``torch.load`` returned.
+        checkpoint: What :func:`utils.weights.load_weights` returned.
         where: The file, for the message.
 
     Returns:
@@ -93,6 +94,8 @@ def load_cxas_model(weights: str | Path | None, device: str) -> Any:
     Raises:
         ConfigError: If ``weights`` is unset or not a file, or does not fit the architecture
             (listing missing parameter names).
+        InputError: If the file holds pickled objects besides tensors (never unpickled) or
+            is no torch checkpoint (:func:`utils.weights.load_weights`).
         MissingDependencyError: If torch / torchxrayvision are not installed.
     """
     if not weights:
@@ -103,17 +106,11 @@ def load_cxas_model(weights: str | Path | None, device: str) -> Any:
     path = Path(weights).expanduser()
     if not path.is_file():
         raise ConfigError(f"anatomy.cxas_weights {path} is not a file")
-    torch = require("torch", "anatomy", _FEATURE)
+    require("torch", "anatomy", _FEATURE)
     device = resolve_device(device, "anatomy.device")
     xrv = require("torchxrayvision", "anatomy", _FEATURE)
     model = xrv.baseline_models.chestx_anatomy.UNetResNet50(weights=False)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - an old pickle with non-tensor objects
-        logger.warning("anatomy.cxas_weights %s holds non-tensor objects; loading it with "
-                       "pickle (only use files you trust)", path)
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    state = cxas_state_dict(checkpoint, path)
+    state = cxas_state_dict(load_weights(path, "anatomy.cxas_weights"), path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing:
         raise ConfigError(f"anatomy.cxas_weights {path} does not fit the CXAS UNet-ResNet50: "
