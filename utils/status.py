@@ -6,7 +6,10 @@ docs/parsing.md, "Parser rules"):
 - answers, recorded and scored (only ``ok`` can be correct): ``ok`` (the parser read an option),
   ``unparseable`` (no declared answer), ``refused`` (the model declined), ``truncated`` (cut off
   at the token limit), ``error`` (this request alone can never succeed), ``blocked`` (a
-  provider-side filter withheld the answer);
+  provider-side filter withheld the answer), ``judged`` (the parser could not read the reply,
+  ``unparseable``, and the optional judge model read an option from it; docs/parsing.md,
+  "Judge model": the judged reading scores it, the strict reading counts it as
+  ``unparseable``);
 - ``fault``: no answer at all (retries ran out); never recorded as an answer, the case stays
   unfinished.
 
@@ -28,12 +31,15 @@ class Status(StrEnum):
     TRUNCATED = "truncated"
     ERROR = "error"
     BLOCKED = "blocked"
+    JUDGED = "judged"
     FAULT = "fault"
 
 
 #: Statuses of a recorded answer, in the order of the schemas, CSV columns and reports.
+#: ``judged`` comes last: only a run with ``--judge`` records it (docs/parsing.md, "Judge model").
 ANSWER_STATUSES: tuple[str, ...] = (Status.OK, Status.UNPARSEABLE, Status.REFUSED,
-                                    Status.TRUNCATED, Status.ERROR, Status.BLOCKED)
+                                    Status.TRUNCATED, Status.ERROR, Status.BLOCKED,
+                                    Status.JUDGED)
 #: Statuses a provider gives a completion that carries an answer (the parser may still decide
 #: ``unparseable``, ``refused`` or ``truncated`` from the text).
 COMPLETION_STATUSES: tuple[str, ...] = (Status.OK, Status.REFUSED, Status.TRUNCATED,

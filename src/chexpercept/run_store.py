@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
                    "sharding", "option_probs", "option_order",
-                   "sampling")
+                   "sampling", "judge")
 #: The value of an identity field a manifest written before the field existed stands for
 #: (``option_order``: such a run showed the options in the release order).
 IDENTITY_DEFAULTS: dict[str, Any] = {"option_order": "release"}
@@ -66,6 +66,10 @@ SAMPLING_FIELD = "sampling"
 #: Record and fault field of a sample k >= 1 (K > 1 runs record it for every sample; absent
 #: means sample 0).
 SAMPLE_FIELD = "sample"
+#: Field of a ``faults.jsonl`` entry holding the model's completion that arrived but could not be
+#: recorded because the judge gave no answer (``evaluation.judge``; docs/parsing.md, "Judge
+#: model"): a resume re-judges it instead of asking the model again.
+KEPT_REPLY_FIELD = "reply"
 #: Manifest field of a sharded part: its ``--limit`` / ``--per_path_limit`` (not an identity).
 SELECTION_FIELD = "selection"
 #: fsync ``records.jsonl`` after this many appended records ...
@@ -359,6 +363,24 @@ class RunStore:
             if isinstance(key_id, str) and turn not in records.get(key_id, {}):
                 out[key_id] = str(rec.get("error") or "no answer")
         return out
+
+    def kept_replies(self, records: Records, sample: int = 0) -> dict[str, dict[str, Any]]:
+        """key_id -> the last fault entry of ``sample`` without a record, if it keeps a reply.
+
+        The reply is the model's completion the judge did not read (:data:`KEPT_REPLY_FIELD`).
+
+        Args:
+            records: The sample's records.
+            sample: Sample index (a fault without a ``sample`` field is sample 0's).
+        """
+        last: dict[str, dict[str, Any]] = {}
+        for rec in self._faults():
+            key_id, turn = rec.get("key_id"), rec.get("turn")
+            if rec.get(SAMPLE_FIELD, 0) != sample or not isinstance(key_id, str):
+                continue
+            if turn not in records.get(key_id, {}):
+                last[key_id] = rec
+        return {k: rec for k, rec in last.items() if isinstance(rec.get(KEPT_REPLY_FIELD), dict)}
 
     # -- all_results.json -------------------------------------------------------------------
     def write_results(self, members: Iterable[str]) -> None:

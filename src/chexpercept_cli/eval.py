@@ -34,6 +34,7 @@ from chexpercept.errors import ConfigError
 from chexpercept.evaluation import ORACLE_SETTINGS
 from chexpercept.evaluation.api import cost_table, evaluate, select_cases
 from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
+from chexpercept.evaluation.judge import DEFAULT_AUDIT_RATE
 from chexpercept.evaluation.option_order import OPTION_ORDERS
 from chexpercept.evaluation.replicas import RayReplicas
 from chexpercept.evaluation.session import (
@@ -164,6 +165,37 @@ def _add_provider_args(parser: argparse.ArgumentParser) -> None:
                        help="Print the expected API cost of the selected cases for --model and "
                             "every priced model (cfg/pricing.yaml), call no API, and exit "
                             "(default: off).")
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
+    return value
+
+
+def _add_judge_args(parser: argparse.ArgumentParser) -> None:
+    """``--judge``, ``--judge-base-url``, ``--judge-audit-rate`` (docs/parsing.md)."""
+    group = parser.add_argument_group("judge model (optional; docs/parsing.md, 'Judge model')")
+    group.add_argument("--judge", default=None, metavar="PROVIDER:MODEL",
+                       help="A judge model that reads the replies the parser cannot read "
+                            "(status unparseable; e.g. openai:gpt-4o), through any provider "
+                            "of --provider's list, greedy and seeded from --seed; a reply it "
+                            "reads gets status judged and the record keeps the judge's reply. "
+                            "Part of the run's identity (default: none, no judge).")
+    group.add_argument("--judge-base-url", "--judge_base_url", dest="judge_base_url",
+                       default=None,
+                       help="The judge's OpenAI-compatible server, e.g. "
+                            "http://127.0.0.1:8000/v1 (default: none, the provider's API).")
+    group.add_argument("--judge-audit-rate", "--judge_audit_rate", dest="judge_audit_rate",
+                       type=_rate, default=DEFAULT_AUDIT_RATE,
+                       help="Share of the replies the parser did read that also go to the "
+                            "judge, drawn from --seed per case and turn, to measure how often "
+                            "they agree; never changes a status or a score (default: "
+                            "%(default)s; in [0, 1]).")
 
 
 def provider_flag_options(args: argparse.Namespace, provider: str) -> dict[str, object]:
@@ -299,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "e.g. --temperature T > 0; docs/evaluation_protocol.md, "
                              "'Sampling'); part of the run's identity (default: %(default)s, "
                              "the release's protocol).")
+    _add_judge_args(parser)
     _add_provider_args(parser)
     add_ray_replica_args(parser)
     add_common_args(parser, seed=True, parts=True)
@@ -367,7 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         option_order=args.option_order,
         progress=progress, on_run_dir=start_log,
         ray=ray, samples=args.samples,
-        provider_options=options)
+        provider_options=options, judge=args.judge, judge_base_url=args.judge_base_url,
+        judge_audit_rate=args.judge_audit_rate,
+        judge_options={"api_keys": args.api_keys} if args.api_keys else None)
     logger.info("%s", summary.line())
     return unfinished_exit_code(summary)
 

@@ -122,6 +122,33 @@ def provider_label(name: str) -> str:
         cls.__name__.lower().replace("_", "-")
 
 
+def split_model_spec(spec: str) -> tuple[str, str]:
+    """``PROVIDER:MODEL`` (e.g. Stage 03's ``--judge openai:gpt-4o``) as (provider, model).
+
+    The provider is a registered name (``openai:judge-model``; the model may hold further
+    colons, ``vllm-served:tag``) or a plugin spec ``package.module:Class`` followed by
+    ``:MODEL``.
+
+    Args:
+        spec: The text given.
+
+    Returns:
+        The provider (a key of :data:`PROVIDERS` or a plugin spec) and the model id.
+
+    Raises:
+        ConfigError: When no provider is named before a colon, or the model is empty (the
+            message lists the registered providers and the form expected).
+    """
+    head, sep, rest = spec.partition(":")
+    if sep and head in PROVIDERS and rest.strip():
+        return head, rest.strip()
+    plugin, sep2, model = rest.partition(":")
+    if sep and sep2 and model.strip() and is_plugin_spec(f"{head}:{plugin}"):
+        return f"{head}:{plugin}", model.strip()
+    raise ConfigError(f"{spec!r} is not PROVIDER:MODEL (e.g. openai:gpt-4o); PROVIDER is one of "
+                      f"{', '.join(PROVIDERS)} or a plugin package.module:ClassName")
+
+
 def available_providers() -> list[str]:
     """Registered providers whose implementation module ships with this version."""
     return [name for name, target in PROVIDERS.items() if _module_exists(target.split(":")[0])]

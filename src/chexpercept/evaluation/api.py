@@ -38,6 +38,7 @@ from chexpercept.evaluation.cost_estimate import (
     estimate_all_priced,
     format_estimates,
 )
+from chexpercept.evaluation.judge import DEFAULT_AUDIT_RATE, Judge, create_judge
 from chexpercept.evaluation.option_order import apply_option_order, check_option_order
 from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replicas import RayReplicas, check_ray_provider, evaluate_on_ray
@@ -211,7 +212,10 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              provider_options: Mapping[str, Any] | None = None,
              progress: Callable[..., Iterable[int]] | None = None,
              on_run_dir: Callable[[Path], Any] | None = None,
-             ray: RayReplicas | None = None, samples: int = 1) -> RunSummary:
+             ray: RayReplicas | None = None, samples: int = 1,
+             judge: str | None = None, judge_base_url: str | None = None,
+             judge_audit_rate: float = DEFAULT_AUDIT_RATE,
+             judge_options: Mapping[str, Any] | None = None) -> RunSummary:
     """Evaluate a provider on the selected cases (or resume its run) and write the run folder.
 
     API providers (and ``--vllm-engine async``) run cases as concurrent pipelines; offline
@@ -256,6 +260,14 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
             folder is the same either way.
         samples: Ask each case K times as K independent dialogues (``--samples``;
             docs/evaluation_protocol.md, "Sampling"); 1 is the release's protocol.
+        judge: ``PROVIDER:MODEL`` of a judge model for the replies the parser cannot read
+            (``--judge``; docs/parsing.md, "Judge model"); None (the default): no judge, and
+            the run is exactly what it was before judges existed. Part of the run's identity.
+        judge_base_url: The judge's OpenAI-compatible server (``--judge-base-url``), or None.
+        judge_audit_rate: Share of ``ok`` replies also sent to the judge, drawn from ``seed``
+            per key_id and turn (``--judge-audit-rate``, in [0, 1]).
+        judge_options: Further options of the judge's provider, given where it takes them
+            (``api_keys``).
 
     Returns:
         The run summary (``unfinished`` lists cases left without an answer).
@@ -264,7 +276,9 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         ConfigError: On bad settings, an unknown provider option, ``option_probs`` for a
             provider that cannot return log-probabilities (``supports_logprobs``), a run folder
             with another manifest, or ``samples`` > 1 where it cannot be honoured
-            (:func:`check_samples`).
+            (:func:`check_samples`), a judge that cannot be made (a malformed spec, a
+            provider that takes no base URL, an audit rate outside [0, 1]), judge settings
+            without ``judge``, or a judge with Ray replicas.
         ProviderError: On a fault that stops the run (credentials, quota, unknown model, a
             first turn over the context, a dead server); ``EngineStartError`` for an offline
             engine that cannot start (raised before the run folder is opened).
@@ -280,6 +294,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
                   ray=ray)
     if ray is not None:
         check_ray_provider(provider, model_name, provider_options or {})
+    check_judge(judge, judge_base_url, judge_audit_rate, ray)
     bundle, cases = _select(benchmark_dir, limit, per_path_limit, part, total_parts)
     for case in cases:  # a question whose options cannot be reordered fails before any start
         apply_option_order(case, option_order, seed)
@@ -300,19 +315,66 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     if ray is not None:  # N replicas, each an actor holding one engine; same run folder
         return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
                                overwrite=overwrite, progress=progress)
+    judge_model = None if judge is None else create_judge(
+        judge, seed=seed, audit_rate=judge_audit_rate, base_url=judge_base_url,
+        options=judge_options)
+    try:
+        return _run_here(bundle, cases, provider, model_name, options, settings, run_dir,
+                         judge_model, concurrency=concurrency, overwrite=overwrite,
+                         progress=progress)
+    finally:
+        if judge_model is not None:
+            judge_model.close()
+
+
+def check_judge(judge: str | None, base_url: str | None, audit_rate: float,
+                ray: RayReplicas | None) -> None:
+    """Refuse judge settings that cannot be honoured, before any work.
+
+    Raises:
+        ConfigError: For ``--judge-base-url`` or a non-default ``--judge-audit-rate`` without
+            ``--judge``, an audit rate outside [0, 1], or a judge with Ray replicas (a replica
+            scores its own turns; not yet).
+    """
+    if judge is None:
+        if base_url is not None or audit_rate != DEFAULT_AUDIT_RATE:
+            raise ConfigError("--judge-base-url / --judge-audit-rate need --judge "
+                              "PROVIDER:MODEL (docs/parsing.md, 'Judge model')")
+        return
+    if not 0.0 <= audit_rate <= 1.0:
+        raise ConfigError(f"--judge-audit-rate must be in [0, 1], got {audit_rate}")
+    if ray is not None:
+        raise ConfigError("--judge cannot run on Ray replicas yet (--ray: a replica scores its "
+                          "own turns); run it without --ray, or split it with --part i "
+                          "--total-parts n")
+
+
+def _run_here(bundle: Bundle, cases: Sequence[EvalCase], provider: str, model_name: str,
+              options: Mapping[str, Any], settings: EvalSettings, run_dir: Path,
+              judge: Judge | None, *, concurrency: int | None, overwrite: bool,
+              progress: Callable[..., Iterable[int]] | None) -> RunSummary:
+    """Create the provider (and start the judge), run the evaluation here, close the provider.
+
+    Raises:
+        ProviderError: As :func:`evaluate`.
+    """
     chat_model = create_model(provider, model_name, **options)
     try:
+        if judge is not None:  # a judge that cannot be reached fails before any request
+            judge.model.preflight()
+            judge.model.start()
         chat_model.preflight()  # API: wait for a starting server, check it serves the model
         budgets = check_budget(cases, chat_model)  # before the offline engine loads
         chat_model.start()  # an engine that cannot start leaves no manifest, no record
         logger.info("provider %s, model %s, oracle %s, %d case(s) -> %s", provider,
-                    model_name, oracle_setting, len(cases), run_dir)
+                    model_name, settings.oracle_setting, len(cases), run_dir)
         if chat_model.supports_async:  # API providers: per-case pipelines, no stage barrier
             if concurrency is None:  # the provider's suggestion, else the default
                 concurrency = default_concurrency(chat_model, budgets)
             return run_evaluation_async(bundle, cases, chat_model, settings, run_dir,
-                                        concurrency=concurrency, overwrite=overwrite)
+                                        concurrency=concurrency, overwrite=overwrite,
+                                        judge=judge)
         return run_evaluation(bundle, cases, chat_model, settings, run_dir,
-                              overwrite=overwrite, progress=progress)
+                              overwrite=overwrite, progress=progress, judge=judge)
     finally:
         chat_model.close()

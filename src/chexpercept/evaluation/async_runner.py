@@ -61,6 +61,7 @@ from pathlib import Path
 
 from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.cases import Bundle, EvalCase
+from chexpercept.evaluation.judge import Judge
 from chexpercept.evaluation.kv_window import DialogueWindow
 from chexpercept.evaluation.session import (
     CaseState,
@@ -275,8 +276,15 @@ class Scheduler:
         if self.stop.is_set():  # arrived while stopping: recorded all the same
             self.drain.finish(self.session, state, prep, completion, completion.latency_s)
             return
+        # --judge: the reply goes to the judge first (another provider; no slot held)
+        verdict = await self.session.ajudge(state, prep, completion)
+        if self.stop.is_set():  # stopped while the judge read it: kept if it was not read
+            self.drain.finish(self.session, state, prep, completion, completion.latency_s,
+                              verdict)
+            return
         try:
-            answered = self.session.finish(state, prep, completion, completion.latency_s)
+            answered = self.session.finish(state, prep, completion, completion.latency_s,
+                                           verdict)
         except ProviderError:  # the fault breaker stops the run
             self.stop.set()
             raise
@@ -356,7 +364,8 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
                          checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
                          fsync_every: int = FSYNC_EVERY,
                          fsync_interval_s: float = FSYNC_INTERVAL_S,
-                         drain_s: float = DRAIN_S) -> RunSummary:
+                         drain_s: float = DRAIN_S,
+                         judge: Judge | None = None) -> RunSummary:
     """Run (or resume) the evaluation of ``cases`` as concurrent per-case pipelines.
 
     Same outputs, resume and manifest semantics as
@@ -376,6 +385,8 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
         fsync_interval_s: Seconds between two fsyncs of ``records.jsonl``.
         drain_s: Most seconds a fatal stop waits for the requests in flight (default
             :data:`utils.llm.retry.DRAIN_S`; docs/engines.md, "Faults").
+        judge: The judge model of the replies the parser cannot read (``--judge``;
+            docs/parsing.md, "Judge model"), or None.
 
     Returns:
         The run summary (``generate_calls`` counts ``agenerate`` calls).
@@ -390,7 +401,9 @@ def run_evaluation_async(bundle: Bundle, cases: Sequence[EvalCase], model: ChatM
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite,
-                           fsync_every=fsync_every, fsync_interval_s=fsync_interval_s)
+                           fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
+                           judge=judge)
+    model = session.wrap(model)  # replies kept by a judge fault are judged, not asked again
     cache = model.kv_cache()
     window = None if cache is None else DialogueWindow(cache, model.prompt_limits())
     scheduler = Scheduler(session, model, concurrency,

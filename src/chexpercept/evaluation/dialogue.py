@@ -32,6 +32,7 @@ from chexpercept.evaluation.cases import EvalCase, PlannedTurn
 from chexpercept.evaluation.option_order import ROTATION_MARK
 from chexpercept.evaluation.parsing import ParsedAnswer
 from utils.llm.base import Message, TurnRequest
+from utils.status import Status
 
 #: Oracle settings (docs/evaluation_protocol.md, "Oracle settings"); ``implicit`` is the default.
 ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
@@ -165,12 +166,27 @@ class TurnOutcome:
         correct: Whether it is correct.
         option_probs: With ``--option-probs``, the turn's record field
             (:func:`chexpercept.evaluation.option_probs.turn_option_probs`); else None.
+        judge: With ``--judge``, the ``judge`` object of a reply the judge read (its reading
+            is ``parsed`` when the status is ``judged``; docs/parsing.md, "Judge model");
+            else None.
+        judge_audit: With ``--judge``, the ``judge_audit`` object of an audited ``ok`` reply;
+            else None.
     """
 
     raw: str
     parsed: ParsedAnswer
     correct: bool
     option_probs: dict[str, Any] | None = None
+    judge: dict[str, Any] | None = None
+    judge_audit: dict[str, Any] | None = None
+
+    @property
+    def strict_correct(self) -> bool:
+        """Whether the turn is correct in the strict reading (a ``judged`` turn is not).
+
+        See docs/parsing.md, "Judge model".
+        """
+        return self.correct and self.parsed.status != Status.JUDGED
 
 
 @dataclass(frozen=True)
@@ -236,8 +252,13 @@ class Dialogue:
         return self.next_turn is None
 
     def _wrong(self, name: str) -> bool:
+        """Whether turn ``name`` was answered wrong, in the strict reading.
+
+        A judged turn counts as wrong, so the oracle fires as in a run without a judge and the
+        conversation is that run's (docs/parsing.md, "Judge model").
+        """
         outcome = self.outcomes.get(name)
-        return outcome is not None and not outcome.correct
+        return outcome is not None and not outcome.strict_correct
 
     def _trigger(self, name: str) -> list[str]:
         """Earlier turns whose being wrong triggers the oracle before turn ``name``."""

@@ -12,6 +12,10 @@ Under ``--option-order shuffled`` each question's result also holds ``option_ord
 position i showed original option ``option_order[i]``); under ``circular`` each single-choice
 question's holds ``circular_correct`` (the question and every rotation of it correct). Both are
 absent in the release order (docs/evaluation_protocol.md, "Option order").
+
+With ``--judge`` a question the judge read holds its ``judge`` object (its status then
+``judged`` when the judge read an option), and an audited one its ``judge_audit``
+(docs/parsing.md, "Judge model"); both are absent without a judge.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from chexpercept.evaluation.cases import PlannedTurn
-from chexpercept.evaluation.dialogue import Dialogue
+from chexpercept.evaluation.dialogue import Dialogue, TurnOutcome
 from chexpercept.evaluation.scoring import stage_correct
 from utils.llm.base import Usage
 from utils.llm.pricing import cost_usd
@@ -69,6 +73,12 @@ def _order_flags(turn: PlannedTurn, correct: bool,
     return out
 
 
+def _judge_fields(outcome: TurnOutcome) -> dict[str, Any]:
+    """``judge`` / ``judge_audit`` of a question's result (``--judge`` runs only)."""
+    return {k: v for k, v in (("judge", outcome.judge), ("judge_audit", outcome.judge_audit))
+            if v is not None}
+
+
 def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
                       model_id: str) -> dict[str, Any]:
     """The ``all_results.json`` value of one finished case.
@@ -108,6 +118,7 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
                             **_order_flags(turn, outcome.correct, rotated)}
             if outcome.option_probs is not None:  # --option-probs
                 out[section]["option_probs"] = outcome.option_probs
+            out[section].update(_judge_fields(outcome))
         else:
             sections.setdefault(section, []).append((turn, outcome))
     for section, answered in sections.items():
@@ -122,6 +133,7 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
                                  **_order_flags(t, o.correct, rotated)}
             if o.option_probs is not None:  # --option-probs
                 block[t.spec.sub]["option_probs"] = o.option_probs
+            block[t.spec.sub].update(_judge_fields(o))
         out[section] = block
     out["_chat_history_idx"] = dict(dialogue.history_idx)
     out["token_usage"] = token_usage(model_id, usages)

@@ -32,6 +32,7 @@ from pathlib import Path
 from chexpercept.errors import ProviderError
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
 from chexpercept.evaluation.dialogue import PreparedTurn
+from chexpercept.evaluation.judge import Judge
 from chexpercept.evaluation.kv_window import DialogueWindow
 from chexpercept.evaluation.session import (
     CaseState,
@@ -51,20 +52,26 @@ def _finish_batch(session: RunSession, batch: list[CaseState], prepared: list[Pr
                   completions: list[Completion], elapsed: float) -> int:
     """Record a batch's completions; returns the cases it finished.
 
+    With a judge (``--judge``) the replies it is to read go to it first, in one call
+    (:meth:`~chexpercept.evaluation.session.RunSession.judge_batch`).
+
     Raises:
-        ProviderError: When too many requests in a row got no answer (the fault breaker),
-            after every completion of the batch is recorded.
+        ProviderError: When too many requests in a row got no answer (the fault breaker), or
+            the judge failed fatally, after every completion of the batch is recorded.
     """
     finished = 0
-    for i, (state, prep, completion) in enumerate(zip(batch, prepared, completions,
-                                                       strict=True)):
+    verdicts = session.judge_batch(batch, prepared, completions)
+    for i, (state, prep, completion, verdict) in enumerate(zip(batch, prepared, completions,
+                                                                verdicts, strict=True)):
         try:
-            if session.finish(state, prep, completion, elapsed) and state.dialogue.finished:
+            if session.finish(state, prep, completion, elapsed, verdict) \
+                    and state.dialogue.finished:
                 finished += 1
         except ProviderError as exc:  # the breaker: the rest of the batch arrived already
             drain = Drain()
-            for rest in zip(batch[i + 1:], prepared[i + 1:], completions[i + 1:], strict=True):
-                drain.finish(session, *rest, elapsed)
+            for st, pr, co, ve in zip(batch[i + 1:], prepared[i + 1:], completions[i + 1:],
+                                      verdicts[i + 1:], strict=True):
+                drain.finish(session, st, pr, co, elapsed, ve)
             raise drain.error(exc)  # noqa: B904 - its __cause__ is the cause
     return finished
 
@@ -154,7 +161,8 @@ def _in_window(session: RunSession, model: ChatModel, window: DialogueWindow,
 
 def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                    settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
-                   progress: Callable[..., Iterable[int]] | None = None) -> RunSummary:
+                   progress: Callable[..., Iterable[int]] | None = None,
+                   judge: Judge | None = None) -> RunSummary:
     """Run (or resume) the evaluation of ``cases`` and write the run folder.
 
     A model with a KV cache (:meth:`~utils.llm.base.ChatModel.kv_cache`, the offline vLLM
@@ -171,6 +179,8 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         run_dir: ``layouts.eval_run_dir(...)``.
         overwrite: Delete an earlier run's manifest, records and results first.
         progress: Optional wrapper of the loop over calls (``utils.cli.progress``).
+        judge: The judge model of the replies the parser cannot read (``--judge``;
+            docs/parsing.md, "Judge model"), or None.
 
     Returns:
         The run summary.
@@ -183,7 +193,9 @@ def run_evaluation(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
             many requests in a row got no answer.
         SchemaError: If ``records.jsonl`` is corrupt.
     """
-    session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite)
+    session = open_session(bundle, cases, model, settings, run_dir, overwrite=overwrite,
+                           judge=judge)
+    model = session.wrap(model)  # replies kept by a judge fault are judged, not asked again
     unsaved = 0
     try:
         cache = model.kv_cache()

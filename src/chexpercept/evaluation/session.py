@@ -32,9 +32,20 @@ from chexpercept.evaluation.dialogue import (
     answer_key,
     system_prompt_sha256,
 )
+from chexpercept.evaluation.judge import (
+    AUDIT_FIELD,
+    JUDGE_FIELD,
+    Judge,
+    JudgeTask,
+    KeptReplies,
+    Verdict,
+    completion_from_json,
+    completion_json,
+    read_verdict,
+)
 from chexpercept.evaluation.option_order import apply_option_order, check_option_order, to_original
 from chexpercept.evaluation.option_probs import turn_option_probs
-from chexpercept.evaluation.parsing import ERROR, ParsedAnswer, parse_answer
+from chexpercept.evaluation.parsing import ERROR, OK, ParsedAnswer, parse_answer
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
 from chexpercept.files import to_jsonable
@@ -44,6 +55,7 @@ from chexpercept.rng import sample_seed
 from chexpercept.run_store import (
     FSYNC_EVERY,
     FSYNC_INTERVAL_S,
+    KEPT_REPLY_FIELD,
     SAMPLE_FIELD,
     SAMPLING_FIELD,
     SELECTION_FIELD,
@@ -51,7 +63,7 @@ from chexpercept.run_store import (
 )
 from utils.llm.base import FAULT, ChatModel, Completion
 from utils.llm.pricing import cost_usd, lookup
-from utils.status import COMPLETION_STATUSES
+from utils.status import COMPLETION_STATUSES, Status
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +159,8 @@ class RunSummary:
         unfinished: Selected cases left unfinished, key_id -> why (the fault, or that the run
             stopped first); empty when every selected case finished.
         given_up: Of ``unfinished``, the cases ``--give-up-unanswered`` accepted as missing.
+        judge_requests: Requests sent to the judge model in this invocation (``--judge``;
+            docs/parsing.md, "Judge model").
     """
 
     run_dir: Path
@@ -162,6 +176,7 @@ class RunSummary:
     turns_faulted: int = 0
     unfinished: dict[str, str] = field(default_factory=dict)
     given_up: set[str] = field(default_factory=set)
+    judge_requests: int = 0
 
     def add_cost(self, cost: float | None) -> None:
         """Add one call's cost; any NA call makes the total NA."""
@@ -169,7 +184,10 @@ class RunSummary:
 
     def line(self) -> str:
         """One-line summary for the end of the CLI."""
-        counts = ", ".join(f"{s}={self.statuses.get(s, 0)}" for s in schema.STATUSES)
+        # ``judged`` only where a judge read something, so a run without one prints as before
+        counts = ", ".join(f"{s}={self.statuses.get(s, 0)}" for s in schema.STATUSES
+                           if s != Status.JUDGED or self.statuses.get(s))
+        judge = f"; judge requests: {self.judge_requests}" if self.judge_requests else ""
         return (f"cases: {self.cases_finished}/{self.cases_selected} finished; turns requested: "
                 f"{self.turns_requested} (already done: {self.turns_resumed}) in "
                 f"{self.generate_calls} generate call(s); statuses: {counts}; tokens: "
@@ -177,7 +195,8 @@ class RunSummary:
                 f"{self._hit_rate()}), output "
                 f"{self.usage['output']} (thinking {self.usage['thinking']}), estimated "
                 f"{'NA' if self.cost_usd is None else f'${self.cost_usd:.4f}'}; "
-                f"no answer (faults): {self.turns_faulted}; output: {self.all_results_path}")
+                f"no answer (faults): {self.turns_faulted}{judge}; output: "
+                f"{self.all_results_path}")
 
     def _hit_rate(self) -> str:
         """``, hit rate 0.73``: cached over input tokens, or '' when none were cached.
@@ -219,10 +238,16 @@ def _reason_kind(reason: str) -> str:
 NOT_REACHED = "not reached: the run stopped before this case finished"
 
 
-def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> dict[str, Any]:
+def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle,
+                   judge: Judge | None = None) -> dict[str, Any]:
     """The run manifest: identity fields (compared on resume) plus environment (not compared).
 
-    Secrets are never written: provider settings are redacted by key name.
+    Secrets are never written: provider settings are redacted by key name. A run with a judge
+    (``--judge``) has the identity field ``judge`` (:meth:`Judge.identity`); a run without
+    one has no such field, so its manifest is what it was before judges existed.
+
+    Raises:
+        ConfigError: On an unknown oracle setting.
     """
     if settings.oracle_setting not in ORACLE_SETTINGS:
         raise ConfigError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
@@ -253,6 +278,8 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle) -> 
         # another K (docs/evaluation_protocol.md, "Sampling").
         **({SAMPLING_FIELD: {"samples": settings.samples, "seeds": settings.sample_seeds()}}
            if settings.samples > 1 else {}),
+        # only with --judge (docs/parsing.md, "Judge model"); an identity field
+        **({JUDGE_FIELD: judge.identity()} if judge is not None else {}),
         "benchmark_dir": str(bundle.source_dir or bundle.layout.root),
         **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -327,11 +354,22 @@ class FaultBreaker:
 
 
 def record_fault(state: CaseState, prep: PreparedTurn, completion: Completion,
-                 store: RunStore, summary: RunSummary) -> None:
+                 store: RunStore, summary: RunSummary, *,
+                 kept: Completion | None = None) -> None:
     """Log a turn that got no answer to ``faults.jsonl`` and park its case for this invocation.
 
     Nothing enters ``records.jsonl`` or the dialogue: a fault is not an answer of the model,
     so a re-run asks the turn again (docs/engines.md, "Faults").
+
+    Args:
+        state: The case.
+        prep: The turn as sent.
+        completion: The fault (its ``error`` is the entry's).
+        store: The run folder.
+        summary: Counts the fault.
+        kept: The model's reply that arrived when the fault is the judge's: kept in the entry
+            (``run_store.KEPT_REPLY_FIELD``), so a re-run re-judges it instead of asking the
+            model again (docs/parsing.md, "Judge model").
     """
     key_id = state.dialogue.case.key_id
     state.fault = completion.error or "no answer"
@@ -343,7 +381,9 @@ def record_fault(state: CaseState, prep: PreparedTurn, completion: Completion,
                            else {}),
                         "request_id": prep.request.request_id, "error": state.fault,
                         "attempts": completion.attempts,
-                        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        **({KEPT_REPLY_FIELD: completion_json(kept)} if kept is not None
+                           else {})})
 
 
 @dataclass
@@ -365,14 +405,16 @@ class Drain:
     abandoned: int = 0
 
     def finish(self, session: RunSession, state: CaseState, prep: PreparedTurn,
-               completion: Completion, batch_latency_s: float) -> None:
+               completion: Completion, batch_latency_s: float,
+               verdict: Verdict | None = None) -> None:
         """Record a completion that arrived while the run stops, as :meth:`RunSession.finish`.
 
         A fault is logged to ``faults.jsonl`` as usual; the fault breaker, which would stop the
-        run, is ignored, since it is stopping already.
+        run, is ignored, since it is stopping already. A reply the judge was to read and did
+        not (``verdict`` None) is kept with its fault, for the re-run to judge.
         """
         try:
-            answered = session.finish(state, prep, completion, batch_latency_s)
+            answered = session.finish(state, prep, completion, batch_latency_s, verdict)
         except ProviderError:  # the breaker, after the fault was logged
             answered = False
         if answered:
@@ -401,7 +443,8 @@ def _outcome_from_record(rec: dict[str, Any]) -> TurnOutcome:
     parsed = ParsedAnswer(tuple(answer) if answer else None, rec["status"],
                           rec.get("detail", ""))
     return TurnOutcome(raw=rec.get("raw", ""), parsed=parsed, correct=bool(rec["correct"]),
-                       option_probs=rec.get("option_probs"))
+                       option_probs=rec.get("option_probs"), judge=rec.get(JUDGE_FIELD),
+                       judge_audit=rec.get(AUDIT_FIELD))
 
 
 def _replay(state: CaseState, records: dict[str, dict[str, Any]]) -> int:
@@ -576,13 +619,22 @@ class RunSession:
         summary: The summary, with ``turns_resumed`` filled in.
         breaker: Stops the run when too many requests in a row get no answer.
         writer: Appends to ``records.jsonl`` (closed by :meth:`close`).
+        judge: The judge model (``--judge``; :mod:`chexpercept.evaluation.judge`), or None.
+        judge_breaker: Stops the run when too many judge requests in a row get no answer.
+        kept: Request id -> a model reply kept by an earlier judge fault, answered again
+            from there (:meth:`wrap`) instead of asking the model.
     """
 
     def __init__(self, store: RunStore, settings: EvalSettings, states: dict[str, CaseState],
                  active_states: list[CaseState], summary: RunSummary, *,
                  fsync_every: int = FSYNC_EVERY,
                  fsync_interval_s: float = FSYNC_INTERVAL_S,
-                 sample_states: dict[int, dict[str, CaseState]] | None = None) -> None:
+                 sample_states: dict[int, dict[str, CaseState]] | None = None,
+                 judge: Judge | None = None,
+                 kept: Mapping[str, Completion] | None = None) -> None:
+        self.judge = judge
+        self.judge_breaker = FaultBreaker(settings.max_consecutive_faults)
+        self.kept = dict(kept or {})
         self.store = store
         self.settings = settings
         self.states = states
@@ -621,14 +673,72 @@ class RunSession:
         logger.info("checkpoint: %d finished case(s) in %s", n, self.store.results_path)
         return n
 
+    def wrap(self, model: ChatModel) -> ChatModel:
+        """The model the runner asks: ``model``, answering first from :attr:`kept`.
+
+        Returns:
+            ``model`` itself when no reply is kept (every run without a judge), else a
+            :class:`~chexpercept.evaluation.judge.KeptReplies` around it.
+        """
+        if not self.kept:
+            return model
+        logger.info("resume: %d reply(ies) the judge did not read are judged again (the model "
+                    "is not asked again)", len(self.kept))
+        return KeptReplies(model, self.kept)
+
+    def judge_task(self, state: CaseState, prep: PreparedTurn,
+                   completion: Completion) -> JudgeTask | None:
+        """What the judge is to read of this completion, or None.
+
+        None: no judge, a fault, or a reply that is neither ``unparseable`` nor in the audit
+        sample.
+        """
+        if self.judge is None or completion.status == FAULT:
+            return None
+        parsed, _ = score_completion(prep, completion)
+        return self.judge.task(prep.turn, prep.request.request_id, parsed, completion.text or "",
+                               state.key_id, state.dialogue.sample)
+
+    def judge_batch(self, batch: Sequence[CaseState], prepared: Sequence[PreparedTurn],
+                    completions: Sequence[Completion]) -> list[Verdict | None]:
+        """The judge's verdicts on a batch's completions, one ``generate`` call for all.
+
+        Returns:
+            Per completion, its :class:`~chexpercept.evaluation.judge.Verdict`, or None where
+            the judge has nothing to read.
+        """
+        tasks = [self.judge_task(s, p, c) for s, p, c in zip(batch, prepared, completions,
+                                                             strict=True)]
+        asked = [t for t in tasks if t is not None]
+        if self.judge is None or not asked:
+            return [None] * len(tasks)
+        self.summary.judge_requests += len(asked)
+        verdicts = iter(self.judge.generate(asked))
+        return [None if t is None else next(verdicts) for t in tasks]
+
+    async def ajudge(self, state: CaseState, prep: PreparedTurn,
+                     completion: Completion) -> Verdict | None:
+        """The judge's verdict on one completion (the async runner), or None as above."""
+        task = self.judge_task(state, prep, completion)
+        if task is None or self.judge is None:
+            return None
+        self.summary.judge_requests += 1
+        return await self.judge.agenerate(task)
+
     def finish(self, state: CaseState, prep: PreparedTurn, completion: Completion,
-               batch_latency_s: float) -> bool:
+               batch_latency_s: float, verdict: Verdict | None = None) -> bool:
         """Record one completion (its answer, or its fault); returns whether it was an answer.
 
+        With a judge, ``verdict`` is the judge's reading of the completion (:meth:`judge_batch`,
+        :meth:`ajudge`); a completion the judge was to read without a verdict, or whose
+        verdict is a fault, is a fault with the reply kept (docs/parsing.md, "Judge model").
+
         Raises:
-            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
+            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`,
+                the model's or the judge's), or the judge failed fatally (after the fault is
+                logged).
         """
-        record = self.score(state, prep, completion, batch_latency_s)
+        record = self.score(state, prep, completion, batch_latency_s, verdict=verdict)
         if record is None:
             return False
         self.writer.append(record)
@@ -636,10 +746,12 @@ class RunSession:
 
     def score(self, state: CaseState, prep: PreparedTurn, completion: Completion,
               batch_latency_s: float, *,
-              extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+              extra: Mapping[str, Any] | None = None,
+              verdict: Verdict | None = None) -> dict[str, Any] | None:
         """Score one completion and return its record, not yet appended (:meth:`finish` appends).
 
-        A fault is logged to ``faults.jsonl`` at once and returns None.
+        A fault is logged to ``faults.jsonl`` at once and returns None; so is a reply the judge
+        was to read and did not (its reply kept in the entry).
 
         Args:
             state: The case.
@@ -648,9 +760,11 @@ class RunSession:
             batch_latency_s: Wall time of the call that carried the request, in seconds.
             extra: Fields added at the end of the record (the Ray replica that answered;
                 docs/design.md, "Ray replicas").
+            verdict: The judge's reading of ``completion`` (``--judge``), or None.
 
         Raises:
-            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`).
+            ProviderError: When too many requests in a row got no answer (:class:`FaultBreaker`),
+                or the judge failed fatally.
         """
         self.dirty = True
         if completion.status == FAULT:
@@ -658,8 +772,26 @@ class RunSession:
             self.breaker.observe(completion)
             return None
         self.breaker.observe(completion)
+        task = self.judge_task(state, prep, completion)
+        if task is not None and (verdict is None or verdict.completion.status == FAULT):
+            why = "not asked (the run stopped first)" if verdict is None else \
+                str(verdict.completion.error or "no answer").removeprefix("judge: ")
+            fault = Completion(text="", status=FAULT, error=f"judge: {why}",
+                               attempts=verdict.completion.attempts if verdict else 0)
+            record_fault(state, prep, fault, self.store, self.summary, kept=completion)
+            if verdict is not None and verdict.fatal is not None:
+                raise ProviderError(f"the judge failed: {verdict.fatal} The reply it was to "
+                                    f"read is kept in faults.jsonl; re-run the same command "
+                                    f"to judge it.") from verdict.fatal
+            if verdict is not None:
+                self.judge_breaker.observe(fault)
+            return None
+        if verdict is not None:
+            self.judge_breaker.observe(verdict.completion)
         record = finish_turn(state, prep, completion, self.summary, self.settings.model,
-                             batch_latency_s, option_probs=self.settings.option_probs)
+                             batch_latency_s, option_probs=self.settings.option_probs,
+                             judge=self.judge, task=task,
+                             verdict=verdict.completion if verdict is not None else None)
         if self.settings.samples > 1:  # which sample, and its seed (Sampling)
             record.update({SAMPLE_FIELD: state.dialogue.sample,
                            "sample_seed": state.dialogue.seed})
@@ -702,7 +834,8 @@ class RunSession:
 def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                  settings: EvalSettings, run_dir: str | Path, *, overwrite: bool = False,
                  fsync_every: int = FSYNC_EVERY,
-                 fsync_interval_s: float = FSYNC_INTERVAL_S) -> RunSession:
+                 fsync_interval_s: float = FSYNC_INTERVAL_S,
+                 judge: Judge | None = None) -> RunSession:
     """Open the run folder: check or write the manifest, replay the records, build case states.
 
     Args:
@@ -714,6 +847,9 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
         overwrite: Delete an earlier run's manifest, records, faults and results first.
         fsync_every: Records between two fsyncs of ``records.jsonl``.
         fsync_interval_s: Seconds between two fsyncs of ``records.jsonl``.
+        judge: The judge model (``--judge``), or None; part of the run's identity. Replies an
+            earlier judge fault kept are answered again from ``faults.jsonl``
+            (:meth:`RunSession.wrap`).
 
     Raises:
         ConfigError: On a bad ``save_every`` or a manifest that differs in an identity field.
@@ -725,7 +861,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if settings.samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {settings.samples}")
     store = RunStore(run_dir)
-    store.open(build_manifest(settings, model, bundle), overwrite=overwrite)
+    store.open(build_manifest(settings, model, bundle, judge), overwrite=overwrite)
     by_sample = store.load_sample_records()
     records = by_sample.get(0, {})
     stray = sorted(k for k in by_sample if k >= settings.samples)
@@ -774,38 +910,88 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                            "earlier are not asked again (counted as missing)", len(earlier))
         else:
             logger.info("asking again %d turn(s) that got no answer earlier", len(earlier))
+    kept = _kept_replies(store, every, by_sample, selected) if judge is not None else {}
     return RunSession(store, settings, states,
                       [sample[c.key_id] for c in cases for sample in every], summary,
                       fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
-                      sample_states={k: st for k, st in enumerate(every) if k})
+                      sample_states={k: st for k, st in enumerate(every) if k},
+                      judge=judge, kept=kept)
+
+
+def _kept_replies(store: RunStore, every: Sequence[Mapping[str, CaseState]],
+                  by_sample: Mapping[int, Any], selected: Collection[str]) -> dict[str, Completion]:
+    """Request id -> the model reply an earlier judge fault kept.
+
+    For each selected dialogue whose next turn is that fault's turn (docs/parsing.md, "Judge
+    model").
+    """
+    kept: dict[str, Completion] = {}
+    for k, sample in enumerate(every):
+        for key_id, entry in store.kept_replies(by_sample.get(k, {}), k).items():
+            state = sample.get(key_id)
+            nxt = state.dialogue.next_turn if state is not None else None
+            if key_id not in selected or nxt is None or nxt.spec.name != entry.get("turn"):
+                continue
+            try:
+                kept[str(entry["request_id"])] = completion_from_json(entry[KEPT_REPLY_FIELD])
+            except (KeyError, TypeError, ValueError) as exc:
+                logger.warning("%s: %s/%s: kept reply unusable (%s); the turn is asked again",
+                               store.faults_path, key_id, entry.get("turn"), exc)
+    return kept
 
 
 def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
                 summary: RunSummary, model_id: str, batch_latency_s: float, *,
-                option_probs: bool = False) -> dict[str, Any]:
+                option_probs: bool = False, judge: Judge | None = None,
+                task: JudgeTask | None = None,
+                verdict: Completion | None = None) -> dict[str, Any]:
     """Score a completion, commit it to the dialogue, count it; returns the record to append.
 
     With ``option_probs`` (``--option-probs``) the record gets the turn's ``option_probs``
     (:func:`~chexpercept.evaluation.option_probs.turn_option_probs`; a provider that sent no
-    log-probabilities gives ``{"status": "missing"}``, never zeros).
+    log-probabilities gives ``{"status": "missing"}``, never zeros), read from the parser's
+    answer (a judged turn's are the unparseable reply's).
+
+    With a judge's ``task`` and ``verdict`` (docs/parsing.md, "Judge model"): an unparseable
+    reply the judge read becomes ``judged`` with the judge's answer, scored by it (it keeps the
+    parser's ``detail``); one the judge could not read stays ``unparseable``; both get the
+    ``judge`` object. An audited ``ok`` reply gets ``judge_audit`` and keeps its status and
+    score.
 
     Raises:
-        ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`).
+        ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`), or a task
+            without its verdict.
     """
     if completion.status == FAULT:
         raise ValueError(f"{prep.request.request_id}: a fault is not an answer")
-    parsed, correct = score_completion(prep, completion)
+    if task is not None and (verdict is None or judge is None):
+        raise ValueError(f"{prep.request.request_id}: a judge task needs the judge's verdict")
+    strict, correct = score_completion(prep, completion)
+    parsed, fields = strict, {}
+    if task is not None and judge is not None and verdict is not None:
+        reading = read_verdict(prep.turn, verdict)
+        if task.kind == "audit":
+            fields[AUDIT_FIELD] = judge.audit(task, reading, verdict)
+        else:
+            fields[JUDGE_FIELD] = judge.record(reading, verdict)
+            if reading.status == OK and reading.answer:
+                parsed = ParsedAnswer(reading.answer, Status.JUDGED, strict.detail)
+                correct = is_correct(reading, prep.turn.ground_truth,
+                                     multi_select=prep.turn.multi_select)
     record = _record(prep, completion, parsed, correct, state.dialogue.case.key_id,
                      batch_latency_s)
     probs = None
     if option_probs:  # read as displayed, keyed by original numbers (--option-order)
         turn = prep.turn
-        shown = tuple(sorted(turn.displayed(i) for i in parsed.answer)) if parsed.answer \
+        shown = tuple(sorted(turn.displayed(i) for i in strict.answer)) if strict.answer \
             else None
         probs = turn_option_probs(completion.top_logprobs, turn.num_options, shown,
                                   turn.original if turn.option_order is not None else None)
         record["option_probs"] = probs
-    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct, probs))
+    record.update(fields)
+    state.dialogue.commit(prep, TurnOutcome(completion.text or "", parsed, correct, probs,
+                                            judge=fields.get(JUDGE_FIELD),
+                                            judge_audit=fields.get(AUDIT_FIELD)))
     usage = completion.usage
     state.usages.append(dict(record["usage"]))
     summary.usage.update(input=usage.input_tokens, cached_input=usage.cached_input_tokens,
