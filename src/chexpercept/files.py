@@ -12,6 +12,7 @@ import gc
 import io
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -110,8 +111,40 @@ def write_json_atomic(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
     write_text_atomic(path, dumps_json(obj, indent=indent))
 
 
+def _json_error(exc: ValueError | RecursionError, where: str) -> SchemaError:
+    """The :class:`SchemaError` for a parser failure ``exc`` on the JSON of ``where``.
+
+    Besides malformed text the parser fails on input it cannot hold: nesting deeper than the
+    interpreter's recursion limit (``[[[...`` 200,000 deep raises ``RecursionError``) or an
+    integer of more digits than ``sys.get_int_max_str_digits()`` (``ValueError``).
+    """
+    if isinstance(exc, json.JSONDecodeError):
+        return SchemaError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
+                           f"{exc.msg}")
+    if isinstance(exc, UnicodeDecodeError):
+        return SchemaError(f"{where}: not UTF-8 text (byte {exc.start}), so not JSON")
+    if isinstance(exc, RecursionError):
+        return SchemaError(f"{where}: not usable JSON: arrays or objects nested inside one "
+                           f"another deeper than the parser can follow "
+                           f"({sys.getrecursionlimit()} levels)")
+    return SchemaError(f"{where}: not usable JSON: {exc}")
+
+
+def loads_json(text: str | bytes, where: str) -> Any:
+    """Parse JSON text that came from ``where`` (a file, a file's line, a dataset column).
+
+    Raises:
+        SchemaError: Naming ``where``, if the text is not valid JSON, is nested too deeply to
+            parse or holds a number too long to parse.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _json_error(exc, where) from None
+
+
 def read_json(path: str | Path) -> Any:
-    """Read a JSON file.
+    """Read a JSON file (the one reader of every JSON artifact and input).
 
     The cyclic garbage collector is paused while the text is parsed: parsed JSON holds no
     reference cycles, and a large file would otherwise set the collector off many times
@@ -119,19 +152,21 @@ def read_json(path: str | Path) -> Any:
 
     Raises:
         InputError: If the file is missing.
-        SchemaError: If it is not valid JSON (the message gives line and column).
+        SchemaError: If it is not UTF-8, not valid JSON (the message gives line and column),
+            nested too deeply to parse or holds a number too long to parse; the message names
+            the file.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _json_error(exc, str(path)) from None
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): "
-                          f"{exc.msg}") from None
+        return loads_json(text, str(path))
     finally:
         if enabled:
             gc.enable()
@@ -152,12 +187,17 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSONL file; a truncated last line (killed writer) is ignored, others must parse.
 
     Raises:
-        SchemaError: If a line other than the last one is not valid JSON.
+        SchemaError: If the file is not UTF-8, a line other than the last one is not valid
+            JSON, or any line is nested too deeply or holds a number too long to parse
+            (naming the file and the line).
     """
     path = Path(path)
     if not path.is_file():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise _json_error(exc, str(path)) from None
     out = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -168,6 +208,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if i == len(lines) - 1:
                 break
             raise SchemaError(f"{path}: line {i + 1} is not valid JSON") from None
+        except (ValueError, RecursionError) as exc:
+            raise _json_error(exc, f"{path}, line {i + 1}") from None
     return out
 
 

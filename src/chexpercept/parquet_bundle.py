@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.files import write_json_atomic
+from chexpercept.files import loads_json, write_json_atomic
 from chexpercept.layouts import BenchmarkLayout, parquet_digest_index_path, unpacked_bundle_dir
 from utils.deps import require
 
@@ -83,7 +83,7 @@ def _read_digest_index() -> dict[str, str]:
     """The cross-process digest index; empty when absent or unreadable (it is only a cache)."""
     try:
         index = json.loads(parquet_digest_index_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return index if isinstance(index, dict) else {}
 
@@ -202,10 +202,9 @@ def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
                              f"docs/benchmark_format.md, 'Files')")
         if key_id in items:
             raise SchemaError(f"{where}: the key_id appears twice in the dataset")
-        try:
-            items[key_id] = json.loads(row[CASE_JSON])
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"{where}: column {CASE_JSON} is not JSON ({exc})") from None
+        if not isinstance(row[CASE_JSON], (str, bytes)):
+            raise SchemaError(f"{where}: column {CASE_JSON} is not JSON text")
+        items[key_id] = loads_json(row[CASE_JSON], f"{where}, column {CASE_JSON}")
         case_dir = layout.case_dir(key_id)
         for relpath, data in _row_images(row, where):
             target = case_dir / relpath

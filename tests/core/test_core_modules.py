@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import (
     append_jsonl,
     atomic_path,
+    loads_json,
     read_json,
     read_jsonl,
     write_csv_atomic,
@@ -86,6 +88,32 @@ def test_jsonl_ignores_truncated_last_line_only(tmp_path):
     p.write_text('{"a": 1\n{"a": 2}\n')
     with pytest.raises(SchemaError, match="line 1"):
         read_jsonl(p)
+
+
+#: Text the JSON parser cannot hold, and what the error says (issue 29, item 3).
+HOSTILE_JSON = [
+    (b"[" * 200_000, "nested inside one another"),
+    (b'{"a":' * 200_000, "nested inside one another"),
+    (b'{"n": ' + b"9" * 5000 + b"}", "not usable JSON: Exceeds the limit"),
+    (b'{"a": "\xff\xfe"}', "not UTF-8"),
+    (b'{"a": ', "not valid JSON (line 1, column 7)"),
+]
+
+
+@pytest.mark.parametrize(("data", "says"), HOSTILE_JSON)
+def test_json_the_parser_cannot_hold_is_a_schema_error_naming_the_file(tmp_path, data, says):
+    """Was: RecursionError / ValueError / UnicodeDecodeError tracebacks (exit 1)."""
+    path = tmp_path / "chexpercept.json"
+    path.write_bytes(data)
+    with pytest.raises(SchemaError, match=f"^{re.escape(str(path))}: .*{re.escape(says)}"):
+        read_json(path)
+    lines = tmp_path / "records.jsonl"
+    lines.write_bytes(data + b"\n" + b'{"a": 1}\n')
+    with pytest.raises(SchemaError, match=f"^{re.escape(str(lines))}"):
+        read_jsonl(lines)
+    if b"\xff" not in data:
+        with pytest.raises(SchemaError, match=f"^shard 0, key_id 'x': .*{re.escape(says)}"):
+            loads_json(data.decode(), "shard 0, key_id 'x'")
 
 
 def test_read_mask_uses_channel0_and_resizes_only_when_asked(tmp_path):

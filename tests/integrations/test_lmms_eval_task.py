@@ -317,6 +317,14 @@ def test_converter_refuses_a_file_of_another_task(tmp_path):
         read_lmms_samples(path)
 
 
+def test_converter_refuses_json_nested_too_deeply_naming_the_line(tmp_path):
+    """Was: an uncaught RecursionError (issue 29, item 3)."""
+    path = tmp_path / "samples.jsonl"
+    path.write_text("[" * 200_000 + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match=f"{re.escape(str(path))}, line 1: not usable JSON"):
+        read_lmms_samples(path)
+
+
 def _samples_line(key_id: str, raw: Any) -> str:
     return json.dumps({"doc_id": 0, "chexpercept_case": {
         "key_id": key_id, "turns": {"detection_qa": {"raw": raw}}, "oracle_setting": "none",

@@ -286,6 +286,12 @@ def test_unpack_refuses_broken_datasets_naming_shard_and_key_id(tmp_path):
                      lambda t: _set_column(t, "key_id", [RR] * len(rows)))
     with pytest.raises(SchemaError, match=f"key_id '{RR}': the key_id appears twice"):
         unpack_parquet_bundle(twice)
+    # case JSON nested 200,000 deep: a SchemaError naming the row, not a RecursionError
+    deep = _rewrite(shard, tmp_path / "deep",
+                    lambda t: _set_column(t, "case_json", ["[" * 200_000] * len(rows)))
+    with pytest.raises(SchemaError, match=r"key_id '[^']+', column case_json: not usable JSON: "
+                                          r"arrays or objects nested"):
+        unpack_parquet_bundle(deep)
     # a shard with the columns but no row: named, not an empty bundle in the cache
     no_rows = _rewrite(shard, tmp_path / "no_rows", lambda t: t.slice(0, 0))
     with pytest.raises(InputError, match=r"no_rows: the parquet shards hold no case \(0 rows\)"):

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import runpy
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,17 @@ def test_names_rule_flag(bench, tmp_path):
     assert run_main(validate, ["--benchmark-dir", str(released), "--names", "release"]) == 0
     with pytest.raises(SystemExit):
         validate(["--names", "lenient"])
+
+
+def test_a_bundle_nested_200000_deep_is_one_error_line_naming_the_file(tmp_path, capsys):
+    """Was: an uncaught RecursionError traceback, exit 1 (issue 29, item 3)."""
+    bundle = tmp_path / "bundle"
+    (bundle / "chexpercept").mkdir(parents=True)
+    (bundle / "chexpercept.json").write_text("[" * 200_000, encoding="utf-8")
+    code = run_main(_main("02_validate_bundle.py"), ["--benchmark-dir", str(bundle),
+                                                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert err.splitlines() == [f"error: {bundle / 'chexpercept.json'}: not usable JSON: arrays "
+                                f"or objects nested inside one another deeper than the parser "
+                                f"can follow ({sys.getrecursionlimit()} levels)"]

@@ -157,3 +157,17 @@ def test_config_work_dir_sets_default_results_dir(tmp_path, capsys):
     assert _main()(["--config", str(cfg), "--output-dir", str(tmp_path / "out"),
                     "--provider", "dummy", "--no-progress"]) == 0
     assert "dummy_baseline" in capsys.readouterr().out
+
+
+def test_all_results_nested_200000_deep_is_one_error_line_naming_the_file(tmp_path, capsys):
+    """Was: an uncaught RecursionError traceback, exit 1 (issue 29, item 3)."""
+    from utils.cli import run_main
+
+    results = tmp_path / "results"
+    run_dir = _write(results, "dummy_baseline")
+    (run_dir / "all_results.json").write_text("[" * 200_000, encoding="utf-8")
+    assert run_main(_main(), _args(results, tmp_path / "out", "--no-viewer")) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: {run_dir / 'all_results.json'}: not usable JSON: ")
+    assert "Traceback" not in err and "RecursionError" not in err

@@ -248,7 +248,7 @@ def _template_text(path: Path) -> str | None:
         return text
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to parse
         return None
     template = data.get("chat_template") if isinstance(data, dict) else None
     if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]

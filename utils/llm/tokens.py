@@ -138,7 +138,7 @@ _FAMILY_RULES: tuple[tuple[str, ImageRule], ...] = (
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # absent or unusable: no rule from it
         return None
     return data if isinstance(data, dict) else None
 

@@ -13,7 +13,6 @@ answered and is written ``unfinished`` (Stage 04 counts it as missing, never as 
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from chexpercept.errors import InputError, SchemaError
 from chexpercept.evaluation.dialogue import request_id
 from chexpercept.evaluation.replay import RecordedReply, write_recorded_run
 from chexpercept.evaluation.session import RunSummary
+from chexpercept.files import loads_json
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +98,7 @@ def read_lmms_samples(samples_path: str | Path) -> LmmsRun:
             if not line.strip():
                 continue
             where = f"{path}, line {line_no}"
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SchemaError(f"{where}: not JSON ({exc})") from exc
+            sample = loads_json(line, where)
             case = sample.get(CASE_KEY) if isinstance(sample, dict) else None
             if not isinstance(case, dict):
                 raise SchemaError(f"{where}: no {CASE_KEY!r} field: not a samples file of the "

@@ -342,7 +342,7 @@ def _rounds(doc: Mapping[str, Any], results: Sequence[Any]) -> list[Any]:
         try:
             data = json.loads(results[0])
             return list(data[FLAT_REPLIES_KEY])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (ValueError, RecursionError, KeyError, TypeError) as exc:
             raise SchemaError(f"{doc['key_id']}: lmms-eval handed back {results[0]!r:.200} "
                               f"instead of the case's replies (did it stop the rounds early?)"
                               ) from exc

@@ -150,7 +150,7 @@ def _load_resumable(task: CaseTask, fingerprint: str) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(task.item_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable: built again
         return None
     if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
         return None
