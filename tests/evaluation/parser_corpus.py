@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 from parser_replies import OPTIONS
 
+from chexpercept.qa import _text
+
 #: Model families of the corpus, in table order.
 FAMILIES = ("gpt-4o", "claude", "gemini", "qwen2.5-vl", "internvl", "llava-med", "medgemma",
             "huatuogpt-vision", "reasoning")
@@ -43,6 +45,8 @@ class CorpusReply(NamedTuple):
     human: tuple[int, ...] | None
     finish_reason: str | None = None
     note: str = ""
+    #: For ``points`` rows: the question the reply answers (``expansion`` or ``contraction``).
+    points_question: str = "expansion"
 
 
 S, M = False, True  # single choice / multi-select
@@ -56,12 +60,25 @@ def none_index(kind: str) -> int | None:
     return next((i for i, text in enumerate(OPTIONS[kind], 1) if text.startswith("None")), None)
 
 
+def question_text(row: CorpusReply) -> str:
+    """The question ``row`` answers, as Stage 03 asks it (stem and options; lesion
+    consolidation, right lung)."""
+    stems = {"yes_no": _text.contour_eval_stem, "masks": _text.revision_result_stem,
+             "zones": _text.distribution_stem, "location": _text.location_stem,
+             "comparison": _text.comparison_stem,
+             "points": (_text.contraction_stem if row.points_question == "contraction"
+                        else _text.expansion_stem)}
+    stem = (_text.severity_stem("consolidation", "right lung") if row.kind == "severity"
+            else stems[row.kind]("consolidation"))
+    return _text.with_options(stem, OPTIONS[row.kind])
+
+
 def call_kwargs(row: CorpusReply) -> dict:
     """Keyword arguments of ``parse_answer`` for ``row`` (as Stage 03 passes them)."""
     options = OPTIONS[row.kind]
     return {"num_options": len(options), "multi_select": row.multi_select,
             "option_texts": options, "none_index": none_index(row.kind),
-            "finish_reason": row.finish_reason}
+            "finish_reason": row.finish_reason, "question": question_text(row)}
 
 
 CORPUS: list[CorpusReply] = [
@@ -294,7 +311,7 @@ CORPUS: list[CorpusReply] = [
                 "None of the points need contraction. The mask sits entirely on the "
                 "consolidation — the red, orange, and yellow points are each on lesion that "
                 "should stay in the mask.\n\nAnswer: None",
-                (4,), "stop"),
+                (4,), "stop", points_question="contraction"),
     CorpusReply("claude", "zones", S,
                 "The effusion is confined to the left lower zone; the meniscus doesn't rise above "
                 "the level of the left hilum. I would select option 1, since only one of the six "
@@ -695,7 +712,7 @@ CORPUS: list[CorpusReply] = [
     CorpusReply("medgemma", "points", M,
                 "<unused94>thought\nAll three points lie on lesion that the mask already "
                 "includes, so no contraction is needed.<unused95>Answer: None<end_of_turn>",
-                (4,), "stop"),
+                (4,), "stop", points_question="contraction"),
     CorpusReply("medgemma", "masks", S,
                 "The 2nd mask best matches the required revision: it expands toward the red point "
                 "and leaves the rest of the contour unchanged.\n\nAnswer: 2<end_of_turn>",
@@ -807,7 +824,7 @@ CORPUS: list[CorpusReply] = [
                 "## Thinking\n\nEach point lies on atelectasis that belongs inside the mask.\n\n"
                 "## Final Response\n\nNone. The mask does not need contraction at any of the "
                 "points.",
-                (4,), "stop"),
+                (4,), "stop", points_question="contraction"),
     CorpusReply("huatuogpt-vision", "masks", S,
                 "## Thinking\n\nOnly one revised mask both grows laterally and pulls back from "
                 "the heart border.\n\n## Final Response\n\nThe 4th mask best matches the required "
@@ -891,7 +908,8 @@ CORPUS: list[CorpusReply] = [
                 "<think>\nWhich points are inside the mask but not on consolidation? Only the "
                 "orange one.\n</think>\n\nAnswer: 2 (orange point), because the mask covers "
                 "aerated lung there; the red and yellow points are on true consolidation.",
-                (2,), "stop", "contraction; explanation names the unchosen points"),
+                (2,), "stop", "contraction; explanation names the unchosen points",
+                points_question="contraction"),
     CorpusReply("reasoning", "yes_no", S,
                 "<think>\nOkay, let's look at the image. The cyan mask covers the right lower "
                 "zone. The question is whether it needs a major revision. Looking at the lateral "

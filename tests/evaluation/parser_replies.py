@@ -43,6 +43,8 @@ NEW_RULES = frozenset({
     "blocked", "quotes",
     # issue 20: every statement of an answer is read whole or not at all
     "item-note", "item-note-several", "justify-names-option", "justify-number", "latex-math",
+    # issue 28: an explanation after a clause boundary is never read, whatever it names
+    "explain-names-option",
     "boxed-measurement", "boxed-list", "quoted-echo",
 })
 #: Rules of the parser before that revision (rows still exercise them).
@@ -58,8 +60,8 @@ NEGATIVE_KINDS = {
     "out-of-range": frozenset({"out-of-range"}),
     "letter": frozenset({"letter"}),
     "truncated": frozenset({"truncated"}),
-    # a justification that names another option would hide part of the answer
-    "names-other-option": frozenset({"justify-names-option"}),
+    # an amendment after the list (an added or hedged option) voids the answer; an
+    # explanation that merely names another option does not (docs/parsing.md)
 }
 
 OK, UNP, TRUNC, REF, BLK = "ok", "unparseable", "truncated", "refused", "blocked"
@@ -141,8 +143,8 @@ REPLIES: list[Reply] = [
     Reply("reasoning-closed", "yes_no", S, "stop",
           f"<think>\n{_THINK}\n</think>\n\nAnswer: \\(2\\)", (2,), OK, "latex-math"),
     Reply("reasoning-closed", "masks", S, "stop",
-          f"<think>\n{_THINK}\n</think>\n\nAnswer: 2, because 3 also hugs the meniscus", None,
-          UNP, "justify-names-option"),
+          f"<think>\n{_THINK}\n</think>\n\nAnswer: 2, because 3 also hugs the meniscus", (2,),
+          OK, "explain-names-option"),
     Reply("reasoning-closed", "zones", S, "stop",
           f"<think>\n{_THINK}\n</think>\n\nAnswer: 2\n\nThe lesion measures \\boxed{{3.5 cm}}",
           (2,), OK, "boxed-measurement"),
@@ -188,7 +190,7 @@ REPLIES: list[Reply] = [
           f"<think>\n{_THINK}\n</think", None, TRUNC, "truncated"),
     Reply("reasoning-unclosed", "masks", S, "stop",
           "Wait, the 3rd mask includes the hilum, so the final answer is 2. the 3rd mask is "
-          "too wide", None, UNP, "justify-names-option"),
+          "too wide", (2,), OK, "explain-names-option"),
     Reply("reasoning-unclosed", "masks", S, "stop",
           "Wait, the 3rd mask includes the hilum, so the final answer is 2. the second one is "
           "tight", (2,), OK, "justify-period"),
@@ -201,7 +203,7 @@ REPLIES: list[Reply] = [
           f"Okay, {_POINTS_THINK}\n\nAnswer: 1 [red], 3 [yellow]", (1, 3), OK, "item-note"),
     Reply("reasoning-unclosed", "zones", S, "stop",
           "Hmm, the opacity reaches the mid zone.\n\nAnswer: 2 because the lesion spans 3 zones",
-          None, UNP, "justify-names-option"),
+          (2,), OK, "explain-names-option"),
     Reply("reasoning-unclosed", "yes_no", S, "stop",
           f"Okay, {_THINK}\n\nThe answer is \\(1\\).", (1,), OK, "latex-math"),
 
@@ -283,8 +285,8 @@ REPLIES: list[Reply] = [
     Reply("qwen", "yes_no", S, "stop", "Answer: [2] No<|im_end|>", (2,), OK, "echo"),
     Reply("qwen", "points", M, "stop", "Answer: [2] No<|im_end|>", None, UNP, "bare-words"),
     Reply("qwen", "points", M, "stop", "Answer: 1 (red), 3<|im_end|>", (1, 3), OK, "item-note"),
-    Reply("qwen", "points", M, "stop", "Answer: 1 - red, 3 - yellow<|im_end|>", None, UNP,
-          "justify-names-option"),
+    Reply("qwen", "points", M, "stop", "Answer: 1 - red, 3 - yellow<|im_end|>", (1, 3), OK,
+          "explain-names-option"),
     Reply("qwen", "yes_no", S, "stop", "Answer: \\[2\\]<|im_end|>", (2,), OK, "latex-math"),
 
     # --- glm: GLM-4.5V / GLM-4.1V-Thinking, <answer> and <|begin_of_box|> ---
@@ -346,7 +348,7 @@ REPLIES: list[Reply] = [
           "(yellow)</answer>", (1, 3), OK, "item-note"),
     Reply("glm", "masks", S, "stop",
           f"<think>{_THINK}</think><answer><|begin_of_box|>2<|end_of_box|> because the 3rd mask "
-          "includes the hilum</answer>", None, UNP, "justify-names-option"),
+          "includes the hilum</answer>", (2,), OK, "explain-names-option"),
     Reply("glm", "zones", S, "stop",
           f"<think>{_THINK}</think><answer><|begin_of_box|>2<|end_of_box|></answer>\nThe "
           "opacity is <|begin_of_box|>4 cm<|end_of_box|> tall.", (2,), OK, "boxed-measurement"),
@@ -384,8 +386,8 @@ REPLIES: list[Reply] = [
     Reply("internvl", "points", M, "stop", "Answer: 1 (red point) 3 (yellow point)<|im_end|>",
           None, UNP, "bare-words"),
     Reply("internvl", "yes_no", S, "stop",
-          "Answer: 1. Option 2 would leave the base uncovered.<|im_end|>", None, UNP,
-          "justify-names-option"),
+          "Answer: 1. Option 2 would leave the base uncovered.<|im_end|>", (1,), OK,
+          "explain-names-option"),
 
     # --- lingshu: Lingshu-7B/32B (Qwen2.5-VL based), medical phrasing ---
     Reply("lingshu", "yes_no", S, "stop", "Answer: 2<|im_end|>", (2,), OK, "special-tokens"),
@@ -485,7 +487,7 @@ REPLIES: list[Reply] = [
           "\\boxed{2 cm}.", (2,), OK, "boxed-measurement"),
     Reply("huatuogpt", "masks", S, "stop",
           f"## Thinking\n{_THINK}\n## Final Response\n\nAnswer: 3 - the 2nd mask misses the base",
-          None, UNP, "justify-names-option"),
+          (3,), OK, "explain-names-option"),
 
     # --- llama: Llama 3.x / 4, <|eot_id|> and header tokens ---
     Reply("llama", "yes_no", S, "stop", "Answer: 2<|eot_id|>", (2,), OK, "special-tokens"),
@@ -648,8 +650,8 @@ REPLIES: list[Reply] = [
           "**Answer:** 1 (red), 3 (yellow)\n\n**Explanation:** Both points lie on the opacity.",
           (1, 3), OK, "item-note"),
     Reply("api-gemini", "yes_no", S, "STOP", "**Answer:** \\[ 2 \\]", (2,), OK, "latex-math"),
-    Reply("api-gemini", "zones", S, "STOP", "**Answer:** 2 (the opacity covers 3 zones)", None,
-          UNP, "justify-names-option"),
+    Reply("api-gemini", "zones", S, "STOP", "**Answer:** 2 (the opacity covers 3 zones)", (2,),
+          OK, "explain-names-option"),
     Reply("api-gemini", "yes_no", S, "STOP", '**Answer:** [2] "No"', (2,), OK, "quoted-echo"),
 
     # --- api-claude: Claude style ---
@@ -696,8 +698,8 @@ REPLIES: list[Reply] = [
     Reply("api-claude", "points", M, "end_turn",
           "Answer: 1 (red), 3 (yellow)\n\nBoth points fall on the opacity.", (1, 3), OK,
           "item-note"),
-    Reply("api-claude", "masks", S, "end_turn", "Answer: 2 because 3 includes the hilum", None,
-          UNP, "justify-names-option"),
+    Reply("api-claude", "masks", S, "end_turn", "Answer: 2 because 3 includes the hilum", (2,),
+          OK, "explain-names-option"),
     Reply("api-claude", "comparison", S, "end_turn",
           'Answer: (3) "The right lung lesion is larger than the left lung lesion."', (3,), OK,
           "quoted-echo"),

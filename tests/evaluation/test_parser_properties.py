@@ -35,7 +35,7 @@ CI = settings(derandomize=True, database=None, max_examples=400, deadline=None,
 TEXTS = tuple(dict.fromkeys(text for options in OPTIONS.values() for text in options))
 
 #: Notes a model writes after one number of a list; none names an option of any shape.
-NOTES = ("red", "yellow", "on the opacity", "right upper zone", "lateral edge",
+NOTES = ("dense", "faint", "on the opacity", "right upper zone", "lateral edge",
          "covers the base", "the meniscus", "inside the lesion")
 #: Justifications whose only numbers are measurements, decimals or fractions, which name no
 #: option (docs/parsing.md, "Parser rules", rule 7).
@@ -46,12 +46,6 @@ PLAIN_JUSTIFICATIONS = (
     " since the border sits 12 px inside", ": the angle is 30 degrees",
 )
 MEASUREMENTS = ("3.5 cm", "2 mm", "40%", "1/3", "12 cm", "4.5 cm")
-#: Justifications that name option ``{k}`` by its number.
-NAMING_JUSTIFICATIONS = (
-    ", because {k} is also on the lesion", " - {k} is also involved", " (and {k})",
-    "; option {k} fits too", ". Option {k} is also right.", " because the {o} one fits too",
-    " (point {k} as well)",
-)
 #: Lines before or after the answer line; their numbers are outside the answer statement.
 REASONING = (
     "The overlay is drawn on a frontal radiograph.", "Option 3 would include the hilum.",
@@ -207,31 +201,70 @@ def _ordinal(k: int) -> str:
     return f"{k}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(k, 'th')}"
 
 
-@st.composite
-def naming_replies(draw) -> Case:
-    """Clean replies whose answer line also names an option outside the stated set."""
-    q = draw(questions())
-    order = draw(stated_sets(q))
+#: Explanations after a clause boundary that name option ``{k}`` (or ``{o}``, its ordinal):
+#: never read as an option (docs/parsing.md, "Statement grammar"), so the reply parses.
+EXPLANATIONS = (
+    " because {k} would leave the base uncovered", ". Option {k} would include the hilum.",
+    " - the {o} mask is too wide", ", since point {k} lies on aerated lung",
+    " (not {k})", ", as the lesion spans {k} regions", "\n\nOption {k} misses the apex.",
+    " because the {o} rib marks the lower edge",
+)
+#: Amendments after the list that add or hedge option ``{k}``: never ``ok``.
+AMENDMENTS = (
+    ", because {k} is also on the lesion", " - {k} is also involved", " (and {k})",
+    "; option {k} fits too", ". Option {k} is also right.", " because the {o} one fits too",
+    " (point {k} as well)", " (or {k})", " (maybe {k})", ". Or {k}.", " or {k}",
+    " - or possibly {k}", ". Also {k}.",
+)
+
+
+def _other(draw, q: Question, order) -> int:
     others = [i for i in range(1, len(q.options) + 1) if i not in order]
     assume(others)
-    k = draw(st.sampled_from(others))
-    other_text = _echo_text(q.options[k - 1])
-    names_by_text = " " in other_text or any(c in DIGITS for c in other_text)
-    how = draw(st.sampled_from(("number", "note", "text") if names_by_text
-                               else ("number", "note")))
-    if how == "note":  # a note after the first number names option k
-        note = draw(st.sampled_from(("like {k}", "not {k}", "option {k} too", "the {o} one")))
-        body = draw(number_items(q, order, first_note=note.format(k=k, o=_ordinal(k))))
-    else:
-        body = draw(number_items(q, order))
-    statement = draw(st.sampled_from(WRAPPERS)).format(b=body)
-    if how == "number":
-        statement += draw(st.sampled_from(NAMING_JUSTIFICATIONS)).format(k=k, o=_ordinal(k))
-    elif how == "text":
-        statement += draw(st.sampled_from((" because the {t} is also involved",
-                                           " - the {t} fits too", " ({t} as well)"))
-                          ).format(t=other_text.lower())
+    return draw(st.sampled_from(others))
+
+
+@st.composite
+def explained_replies(draw) -> Case:
+    """Clean replies whose explanation, after a clause boundary, names another option."""
+    q = draw(questions())
+    order = draw(stated_sets(q))
+    k = _other(draw, q, order)
+    body = draw(number_items(q, order, enclose=False))
+    statement = draw(st.sampled_from(WRAPPERS[:3])).format(b=body)
+    statement += draw(st.sampled_from(EXPLANATIONS)).format(k=k, o=_ordinal(k))
     return Case(q, _surround(draw, statement), frozenset(order))
+
+
+@st.composite
+def amended_replies(draw) -> Case:
+    """Clean replies whose answer line adds or hedges an option outside the stated set."""
+    q = draw(questions())
+    order = draw(stated_sets(q))
+    k = _other(draw, q, order)
+    body = draw(number_items(q, order, enclose=False))
+    statement = draw(st.sampled_from(WRAPPERS)).format(b=body)
+    statement += draw(st.sampled_from(AMENDMENTS)).format(k=k, o=_ordinal(k))
+    return Case(q, _surround(draw, statement), frozenset(order))
+
+
+#: Later statements that change the answer (the last committing statement wins).
+CORRECTIONS = ("On second look, the opacity reaches further, so the answer is {b}.",
+               "Actually, the correct option is {b}.", "Wait, I choose {b} instead.",
+               "Final answer: {b}")
+
+
+@st.composite
+def corrected_replies(draw) -> Case:
+    """An ``Answer:`` line, then a later statement of another set: read as the later one."""
+    q = draw(questions())
+    first = draw(stated_sets(q))
+    second = draw(stated_sets(q))
+    assume(set(first) != set(second))
+    raw = "Answer: " + draw(number_items(q, first, enclose=False))
+    raw += "\n\n" + draw(st.sampled_from(CORRECTIONS)).format(
+        b=", ".join(map(str, second)))
+    return Case(q, raw, frozenset(second))
 
 
 #: Decorations that may or may not be read; the numbers they name are part of the statement.
@@ -240,8 +273,8 @@ def naming_replies(draw) -> Case:
 #: neither ``n`` nor ``k`` is stated there; as an answer it is a hedge and unparseable).
 DUBIOUS_TAILS = (
     (" - {k}", "names"), (" (maybe {k})", "names"), (" or {k}", "names"), (" {k}", "names"),
-    (" - the lesion spans {k} regions", "names"), (" because {k} is off", "names"),
-    (" ({k} cm wide)", "measure"), (" (the {o} rib)", "names"), (". {k}.", "names"),
+    (" - the lesion spans {k} regions", "explain"), (" because {k} is off", "explain"),
+    (" ({k} cm wide)", "measure"), (" (the {o} rib)", "explain"), (". {k}.", "names"),
     (" and the mask is {k} cm too wide", "measure"), ("/{k}", "fraction"), ("-{k}", "names"),
 )
 
@@ -286,7 +319,7 @@ def any_replies(draw) -> Case:
     statement = draw(st.sampled_from(WRAPPERS)).format(b=body)
     if draw(st.booleans()):
         k = draw(st.integers(1, 6))
-        template = draw(st.sampled_from(NAMING_JUSTIFICATIONS + PLAIN_JUSTIFICATIONS))
+        template = draw(st.sampled_from(AMENDMENTS + PLAIN_JUSTIFICATIONS))
         statement += template.format(k=k, o=_ordinal(k), m=draw(st.sampled_from(MEASUREMENTS)))
         if "{k}" in template or "{o}" in template:
             stated.add(k)
@@ -302,10 +335,26 @@ def test_clean_replies_parse_to_the_stated_set(case):
 
 
 @CI
-@given(naming_replies())
-def test_an_answer_line_naming_another_option_is_never_ok(case):
+@given(explained_replies())
+def test_an_explanation_naming_another_option_is_not_read(case):
+    parsed = _parse(case)
+    assert parsed.status == OK, (case.raw, parsed.detail)
+    assert set(parsed.answer) == case.stated, case.raw
+
+
+@CI
+@given(amended_replies())
+def test_an_answer_line_adding_or_hedging_an_option_is_never_ok(case):
     parsed = _parse(case)
     assert parsed.status != OK, (case.raw, parsed.answer)
+
+
+@CI
+@given(corrected_replies())
+def test_a_later_statement_changes_the_answer(case):
+    parsed = _parse(case)
+    assert parsed.status == OK, (case.raw, parsed.detail)
+    assert set(parsed.answer) == case.stated, case.raw
 
 
 @CI

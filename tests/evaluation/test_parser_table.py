@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import pytest
@@ -109,17 +108,3 @@ def test_final_response_prefilter_never_hides_a_match():
 
 def test_full_width_table_leaves_ascii_alone():
     assert all(code > 127 for code in parsing._FULL_WIDTH)
-
-
-class _EveryChar(frozenset):
-    def __contains__(self, item):
-        return True
-
-
-@pytest.mark.parametrize("row", REPLIES, ids=[_row_id(i, r) for i, r in enumerate(REPLIES)])
-def test_option_prefix_gate_equals_trying_every_form(row, monkeypatch):
-    forms = parsing._option_forms(OPTIONS[row.kind], _none_index(row))
-    ungated = dataclasses.replace(forms, initials=_EveryChar(), shortest=0)
-    monkeypatch.setattr(parsing, "_option_forms", lambda *_: ungated)
-    parsed = _parse(row)
-    assert (parsed.answer, parsed.status) == (row.answer, row.status), parsed.detail

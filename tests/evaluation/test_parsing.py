@@ -121,22 +121,22 @@ TABLE = [
     ("Answer: 1 [red], 3", POINTS, M, "stop", (1, 3), OK),
     ("Answer: 1 - red point (on the opacity); 3", POINTS, M, "stop", (1, 3), OK),
     ("Answer: 1 (maybe), 3", POINTS, M, "stop", None, UNP),  # a hedge is no note
-    ("Answer: 1 (like 3), 2", POINTS, M, "stop", None, UNP),  # a note names another option
+    ("Answer: 1 (like 3), 2", POINTS, M, "stop", (1, 2), OK),  # a note is explanation
     ("Answer: 1 (yellow point), 2", POINTS, M, "stop", None, UNP),
     ("Answer: 1 (red) 3 (yellow)", POINTS, M, "stop", None, UNP),  # no separator
-    ("Answer: 1, because 3 is also on the lesion", POINTS, M, "stop", None, UNP),
-    ("Answer: 1 - red, 3 - yellow", POINTS, M, "stop", None, UNP),
+    ("Answer: 1, because 3 is also on the lesion", POINTS, M, "stop", None, UNP),  # adds 3
+    ("Answer: 1 - red, 3 - yellow", POINTS, M, "stop", (1, 3), OK),  # echoes of each
     ("Answer: 1 - red, 0", POINTS, M, "stop", None, UNP),  # any integer counts
     ("Answer: 1 because the yellow point is also on it", POINTS, M, "stop", None, UNP),
     ("Answer: 1 (point 1 is on the opacity)", POINTS, M, "stop", (1,), OK),  # chosen number
     ("Answer: 2 because the mask overshoots by 3 mm", MASKS, S, "stop", (2,), OK),
     ("Answer: 2 because the mask overshoots by 3.5", MASKS, S, "stop", (2,), OK),  # decimal
     ("Answer: 1 because it covers 1/3 of the lung", SEVERITY, S, "stop", (1,), OK),
-    ("Answer: 2 because the lesion spans 3 zones", ZONES, S, "stop", None, UNP),
-    ("Answer: 2 - the 3rd mask is too wide", MASKS, S, "stop", None, UNP),  # other's text
-    ("Answer: 2 - the lesion ends at the 3rd rib", MASKS, S, "stop", None, UNP),  # ordinal
+    ("Answer: 2 because the lesion spans 3 zones", ZONES, S, "stop", (2,), OK),
+    ("Answer: 2 - the 3rd mask is too wide", MASKS, S, "stop", (2,), OK),  # explanation
+    ("Answer: 2 - the lesion ends at the 3rd rib", MASKS, S, "stop", (2,), OK),
     ("Answer: 1 because no lesion is missed", YES_NO, S, "stop", (1,), OK),  # one-word text
-    ("Answer: 1. No other region is involved.", YES_NO, S, "stop", None, UNP),
+    ("Answer: 1. No other region is involved.", YES_NO, S, "stop", (1,), OK),
     ("Answer: 2 - No 2 - Yes", YES_NO, S, "stop", None, UNP),  # a number with another text
     ("Answer: 4 because none of the above (options 1-3) apply", LOCATION, M, "stop", (4,), OK),
     ('Answer: [2] "No"', YES_NO, S, "stop", (2,), OK),  # quoted echo
@@ -154,7 +154,7 @@ TABLE = [
     ("\\boxed{1} and \\boxed{3}", POINTS, M, "stop", (1, 3), OK),
     ("\\boxed{1} (red), 3 (yellow)", POINTS, M, "stop", (1, 3), OK),
     ("\\boxed{1} \\boxed{3}", POINTS, M, "stop", None, UNP),
-    ("\\boxed{2} because 1 misses the base", YES_NO, S, "stop", None, UNP),
+    ("\\boxed{2} because 1 misses the base", YES_NO, S, "stop", (2,), OK),
     ("<|begin_of_box|>1<|end_of_box|>, 3", POINTS, M, "stop", (1, 3), OK),
     ("Answer: 2\n<|begin_of_box|>4 cm<|end_of_box|>", YES_NO, S, "stop", (2,), OK),
     ("<|begin_of_box|>2", YES_NO, S, "stop", (2,), OK),  # an unpaired box token declares

@@ -2,7 +2,7 @@ r"""Stage 03: strict answer parsing of raw model output into option indices and 
 
 The parser reads only what the model declared; it never guesses. The release's fallback of
 taking *all integers anywhere in the text* is not reproduced (docs/differences.md D34): text that
-does not declare an answer is ``unparseable``. The rules below are applied in this order;
+does not commit to an answer is ``unparseable``. The rules below are applied in this order;
 ``docs/parsing.md``, section "Parser rules", gives them with examples, what stays
 unparseable, and the statuses.
 
@@ -28,44 +28,25 @@ unparseable, and the statuses.
    ``\)`` ``\[`` ``\]``, ``\text{..}``-style commands, markdown emphasis, code ticks and
    heading marks. An ``<answer>..</answer>`` tag counts as an ``Answer:`` line, and so does a
    GLM ``<|begin_of_box|>..<|end_of_box|>`` or a ``\boxed{..}`` whose content is an answer;
-   its payload runs to the end of its line. A box holding anything else (``\boxed{3.5 cm}``)
-   is plain text.
-6. The *last* ``Answer:`` declaration wins (the rest of its line; if empty, the next non-empty
-   line); without one, the last "the answer is ..." phrase; without either, a one-line bare
-   response.
-7. That payload is read whole or not at all. It must be, from its start, an *answer*:
-
-   * option numbers (``2``, ``(2)``, ``[2]``, ``option 2``, or ``2)``/``2]`` with a lone
-     closing bracket), each optionally followed by its own option text (``2: No``,
-     ``(1) Yes``, ``1. Yes``, ``2 (No)``, ``[2] "No"``, ``2 - 2 zones``) and, before the next
-     number, by its own bracketed note (``1 (red), 3 (yellow)``), joined by commas,
-     semicolons, ``&`` or ``and``; a lone opening bracket (``(2``) is not an answer;
-   * or the text of an option, case-insensitive; also the text without a trailing
-     parenthetical when that names one option only (``None of the above`` for
-     ``None of the above (options 1-3)``), and for multi-select questions ``none`` /
-     ``none of the above`` for the "None" option; or several option texts joined by commas;
-
-   optionally followed by a *justification*: text after ``because``, ``since``, ``given
-   that`` or ``due to`` (any text), or after a dash (`` - ``, ``–``, ``—``), colon,
-   semicolon, period or opening bracket (text that starts with a letter, not with a hedge
-   word such as ``or``, ``and``, ``maybe``, and not with the text of an option that was not
-   chosen). A single-choice number that echoed its option text may also take a comma and
-   a justification (``(2) No, the mask ...``). No justification or note names an option that
-   was not chosen: by an integer or ordinal that is not a decimal, fraction or measurement
-   (``1, because 3 is also ...``), by an option text of two or more words or with a digit,
-   or by an option text next to a number. Nothing else may follow: words after a bare
-   space are not a justification (``Answer: 2 zones`` is option 2 only when that is its text).
-8. Out-of-range numbers, several numbers for a single-choice question, or "None" together with
+   boxes joined by list separators are one list. A box holding anything else
+   (``\boxed{3.5 cm}``) is plain text.
+6. The cleaned text is read by the statement grammar (``answer_grammar.read_statement``;
+   docs/parsing.md, "Statement grammar"): a statement is a marker (``Answer:``, a box, "the
+   answer is", "I would select", ...) and an option list, or a committing sentence; the list
+   ends at a clause boundary, after which everything is explanation; the last committing
+   statement wins, a later retraction voids it, and a hedged, amended or contradictory list
+   is read as nothing, never in part.
+7. Out-of-range numbers, several numbers for a single-choice question, or "None" together with
    other options make the answer ``unparseable``.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chexpercept.evaluation.answer_grammar import READ, option_forms, read_list, read_statement
 from utils.status import Status
 
 #: Parse statuses (``utils.status.Status``); anything but ``ok`` scores as wrong.
@@ -133,56 +114,17 @@ _GLM_BOX_OPEN = re.compile(r"<\|begin_of_box\|>")
 _GLM_BOX_CLOSE = re.compile(r"<\|end_of_box\|>")
 #: A box: ``\boxed{..}`` (group 1) or GLM's ``<|begin_of_box|>..<|end_of_box|>`` (group 2).
 _BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}|<\|begin_of_box\|>(.*?)<\|end_of_box\|>", re.DOTALL)
+#: What may stand between two boxes of one list (``boxed{1}, boxed{3}``).
+_BOX_LIST_GAP = re.compile(r"\s*(?:,|;|&|and|,\s*and)?\s*", re.IGNORECASE)
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 #: LaTeX math delimiters ``\(`` ``\)`` ``\[`` ``\]``, removed like ``$``.
 _LATEX_MATH = re.compile(r"\\[()\[\]]")
 _ANSWER_TAG_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_TAG_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-# An answer declaration is ``[final ]answer[s]:`` not preceded by a letter. ``final\s+`` does
-# not change where a declaration ends, so the patterns leave it out, and the letter check is
-# done on each match (``_last_declaration_end``) rather than by a look-behind.
-_EXPLICIT = re.compile(r"answers?\s*[:：]", re.IGNORECASE)
-_PHRASE = re.compile(r"answers?\s+(?:is|are|would\s+be|should\s+be)\s*[:：]?", re.IGNORECASE)
-_LETTER = re.compile(r"[A-Za-z]", re.IGNORECASE)
-_WHITESPACE_RUN = re.compile(r"\s+")
 _HEADING = re.compile(r"(?m)^\s*#+\s*")
-_TEXT_SPLITTERS = (re.compile(r"\s*[,;]\s*(?:and\s+)?", re.I), re.compile(r"\s+and\s+", re.I))
-_BRACKETS = re.compile(r"[\[\]()]")
-#: First and last characters that enclose a whole payload (``[1, 3]``, ``"2"``).
-_ENCLOSERS = ("[]", "()", "{}", '""', "''", "“”")
-# A number: ``(2)``, ``[2]``, or ``2`` optionally closed by a lone ``)``/``]`` (``2)``).
-_NUMBER_ITEM = re.compile(
-    r"(?:options?\s*)?(?:\(\s*(\d+)\s*\)|\[\s*(\d+)\s*\]|(\d+)(?!\d)(?!\.\d)[)\]]?)",
-    re.IGNORECASE)
-_SEPARATOR = re.compile(r"\s*(?:,\s*(?:and\s+)?|;\s*|&\s*|and\s+)", re.IGNORECASE)
-_TEXT_LEAD = re.compile(r"\s*(?:[:\-–—.]\s*)?")
-#: A bracketed note after one number of a list (``1 (red), 3 (yellow)``), without nesting.
-_NOTE = re.compile(r"\s*(?:\([^()\[\]]*\)|\[[^()\[\]]*\])")
-#: An integer (or ordinal, ``3rd``) in prose: not part of a word, a decimal (``3.5``) or a
-#: fraction (``1/3``), and not a measurement (``3 cm``, ``40%``).
-_NUMBER_MENTION = re.compile(
-    r"(?<![A-Za-z0-9/])(?<!\d\.)(\d+)(?:st|nd|rd|th)?"
-    r"(?![A-Za-z0-9/]|\.\d|\s*(?:mm|cm|%|°|px|pixels?|degrees?)(?![A-Za-z]))",
-    re.IGNORECASE)
-#: What may stand between a number and its option text in an answer item (``(2) Yes``).
-_ITEM_TEXT_LEAD = re.compile(r"[)\]]?\s*(?:[:\-–—.]\s*)?")
-# What introduces a justification (docs/parsing.md, "Parser rules", rule 7). A hyphen-minus
-# needs a space on one side, so ``2-3`` and ``2-zone`` are not a number and a justification.
-_JUSTIFY_LEAD = re.compile(
-    r"(?P<word>\s*,?\s+(?:because|since|given\s+that|due\s+to)\b)"
-    r"|\s*\.\s*"
-    r"|(?P<comma>\s*,\s*)"
-    r"|\s+-\s*|\s*-\s+|\s*[–—:;]\s*|\s*[(\[]\s*", re.IGNORECASE)
-#: Words that open a hedge rather than a justification (``2 - or 3``, ``2 (maybe 3)``).
-_HEDGE_START = re.compile(
-    r"(?:or|nor|and|maybe|perhaps|possibly|either|to|through|vs|versus|also|plus)(?![A-Za-z])",
-    re.IGNORECASE)
-#: A trailing parenthetical of an option text (``None of the above (options 1-3)``).
-_PARENTHETICAL_TAIL = re.compile(r"\s*\([^()]*\)\s*\.?$")
-#: Phrases that select the "None" option of a multi-select question.
-_NONE_PHRASES = ("none", "none of the above", "none of these", "none of them",
-                 "none of the options")
-_QUOTES = "\"'“‘"
+#: What may end a reply cut off by the token limit right after its answer list: the start of
+#: a clause that never came ("Answer: 2, but"), so the list may have gone on.
+_DANGLING = re.compile(r"\s*(?:[,;:\-–—(&]\s*[\w']*|[\w']+)\s*")
 _REFUSAL = re.compile(
     r"\b(?:i'?m sorry|i am sorry|i cannot|i can'?t|i can not|i am unable|i'?m unable|"
     r"i am not able|i'?m not able|unable to (?:provide|assist|help)|as an ai)\b", re.IGNORECASE)
@@ -313,9 +255,10 @@ def _clean(text: str, is_answer: Callable[[str], bool]) -> str:
 def _declare_boxes(text: str, is_answer: Callable[[str], bool]) -> str:
     r"""``text`` with each box (``_BOX``) replaced by its content, declared where it is an answer.
 
-    The first box on a line whose content ``is_answer`` starts an ``Answer:`` declaration, so
-    its payload is the content and the rest of the line; later boxes on that line are part of
-    that payload (``\boxed{1}, \boxed{3}`` is ``1, 3``). A box holding anything else (a
+    A box whose content ``is_answer`` starts an ``Answer:`` declaration, so its list is the
+    content and what follows on the line; a later box joined to it by list separators only is
+    part of that list (``\boxed{1}, \boxed{3}`` is ``1, 3``), any other later box starts a
+    statement of its own (``\boxed{1} ... on reflection \boxed{4}``). A box holding anything else (a
     measurement such as ``\boxed{3.5 cm}``) is plain text and declares nothing
     (docs/parsing.md, "Parser rules", rule 5).
     """
@@ -327,6 +270,8 @@ def _declare_boxes(text: str, is_answer: Callable[[str], bool]) -> str:
             line_declared = False
         pieces.append(before)
         content = m.group(1) if m.group(1) is not None else m.group(2)
+        if line_declared and not _BOX_LIST_GAP.fullmatch(before):
+            line_declared = False  # "boxed{1} ... on reflection boxed{4}": a new statement
         if not line_declared and is_answer(content):
             pieces.append("\nAnswer: ")
             line_declared = True
@@ -338,314 +283,36 @@ def _declare_boxes(text: str, is_answer: Callable[[str], bool]) -> str:
     return "".join(pieces)
 
 
-def _payload_after(text: str, end: int, *, next_line: bool) -> str:
-    rest = text[end:]
-    line, _, after = rest.partition("\n")
-    if not line.strip() and next_line:
-        for candidate in after.split("\n"):
-            if candidate.strip():
-                line = candidate
-                break
-    return line.strip()
-
-
-def _last_declaration_end(pattern: re.Pattern[str], text: str) -> int | None:
-    """End of the last match of ``pattern`` (which starts with "answer") not after a letter.
-
-    Matches cannot overlap, so the last one is the right-most "answer" at which ``pattern``
-    matches. ASCII text (nearly every response) is searched from the right with ``str.rfind``
-    (positions in ``text.lower()`` are those in ``text``); other text is scanned with the
-    case-insensitive pattern, whose case folding differs from ``str.lower`` for a few letters.
-    """
-    if text.isascii():
-        low = text.lower()
-        end = len(low)
-        while (at := low.rfind("answer", 0, end)) >= 0:
-            if at == 0 or not text[at - 1].isalpha():
-                m = pattern.match(text, at)
-                if m is not None:
-                    return m.end()
-            end = at + len("answer") - 1
-        return None
-    last = None
-    for m in pattern.finditer(text):
-        at = m.start()
-        if at == 0 or not _LETTER.match(text, at - 1):
-            last = m.end()
-    return last
-
-
-def _declared(text: str) -> str | None:
-    """The payload of the last answer declaration, or None if the text declares none."""
-    end = _last_declaration_end(_EXPLICIT, text)
-    if end is not None:
-        return _payload_after(text, end, next_line=True)
-    end = _last_declaration_end(_PHRASE, text)
-    if end is not None:
-        return _payload_after(text, end, next_line=False)
-    return None
-
-
-def _norm(text: str) -> str:
-    text = _WHITESPACE_RUN.sub(" ", text.strip().lower())
-    return text.strip(" .\"'")
-
-
-def _text_pattern(text: str) -> re.Pattern[str]:
-    """Pattern of a normalised option text, bare, in brackets or in quotes, at a word end."""
-    body = r"\s+".join(re.escape(word) for word in text.split(" "))
-    # A full stop after a bare form is left to the caller (end of answer or a justification).
-    return re.compile(rf"(?:\(\s*{body}\s*\.?\s*\)|[\"'“‘]{body}\.?[\"'”’]|{body})"
-                      r"(?![A-Za-z0-9])", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class _OptionForms:
-    """The written forms of a question's options (docs/parsing.md, "Parser rules", rule 7).
-
-    Attributes:
-        by_text: Normalised form -> 1-based option index.
-        prefixes: (index, pattern) of every form, longest form first.
-        echoes: Index -> patterns of that option's forms, longest first.
-        initials: First characters of the forms (skips the prefix scan for other payloads).
-        shortest: Length of the shortest form (a shorter payload is no form and more).
-        mentions: Finds, anywhere in a text, the forms that name their option in prose (those
-            of two or more words or with a digit), longest first; None if there are none.
-        mention_index: Group name of ``mentions`` -> 1-based option index.
-    """
-
-    by_text: dict[str, int]
-    prefixes: tuple[tuple[int, re.Pattern[str]], ...]
-    echoes: dict[int, tuple[re.Pattern[str], ...]]
-    initials: frozenset[str]
-    shortest: int
-    mentions: re.Pattern[str] | None
-    mention_index: dict[str, int]
-
-
-@functools.lru_cache(maxsize=1024)
-def _option_forms(option_texts: tuple[str, ...], none_index: int | None) -> _OptionForms:
-    """Forms of the options: full texts, unambiguous short forms, and "None" phrases.
-
-    ``none_index`` is the "None" option of a multi-select question (None otherwise).
-    """
-    full = [_norm(_to_ascii_forms(option)) for option in option_texts]
-    by_text: dict[str, int] = {}
-    for i, option in enumerate(full, start=1):
-        by_text.setdefault(option, i)
-    extra: dict[str, set[int]] = {}
-    for i, option in enumerate(full, start=1):
-        short = _norm(_PARENTHETICAL_TAIL.sub("", option))
-        if short and short != option:
-            extra.setdefault(short, set()).add(i)
-    if none_index is not None:
-        for phrase in _NONE_PHRASES:
-            extra.setdefault(phrase, set()).add(none_index)
-    for form, indices in extra.items():
-        if len(indices) == 1 and form not in by_text:  # full texts win; ambiguity drops a form
-            by_text[form] = next(iter(indices))
-    by_text.pop("", None)
-    ordered = sorted(by_text.items(), key=lambda item: -len(item[0]))
-    prefixes = tuple((i, _text_pattern(form)) for form, i in ordered)
-    echoes: dict[int, tuple[re.Pattern[str], ...]] = {}
-    for i, pattern in prefixes:
-        echoes[i] = (*echoes.get(i, ()), pattern)
-    initials = frozenset(form[0] for form in by_text) | frozenset("(" + _QUOTES)
-    shortest = min((len(form) for form in by_text), default=0)
-    # One-word forms (``Yes``, ``No``, ``None``) are ordinary words of a justification
-    # ("no other region"); they are refused only where a justification starts.
-    named = [(form, i) for form, i in ordered if " " in form or any(c.isdigit() for c in form)]
-    mention_index = {f"m{k}": i for k, (_, i) in enumerate(named)}
-    mentions = re.compile("|".join(
-        rf"(?P<m{k}>(?<![A-Za-z0-9])" + r"\s+".join(map(re.escape, form.split(" ")))
-        + r"(?![A-Za-z0-9]))" for k, (form, _) in enumerate(named)),
-        re.IGNORECASE) if named else None
-    return _OptionForms(by_text, prefixes, echoes, initials, shortest, mentions, mention_index)
-
-
-def _names_other_option(text: str, chosen: set[int], forms: _OptionForms) -> bool:
-    """Whether ``text`` (a justification or note) names an option outside ``chosen``.
-
-    An option is named by a form of its text of two or more words or with a digit
-    (``yellow point``, ``3 zones``), or by any form of its text written after a number as in
-    an answer item (``2 - Yes``). Any integer or ordinal in prose that is not a chosen
-    option number counts as naming another option, whatever its value (``1 - red, 0`` states
-    two numbers), unless it is part of a decimal, a fraction or a measurement
-    (docs/parsing.md, "Parser rules", rule 7). The chosen options' own texts are skipped
-    before numbers are looked for (``4 (None of the above (options 1-3))``).
-    """
-    if forms.mentions is not None:
-        kept: list[str] = []
-        pos = 0
-        for m in forms.mentions.finditer(text):
-            if forms.mention_index[m.lastgroup or ""] not in chosen:
-                return True
-            kept.append(text[pos:m.start()])
-            pos = m.end()
-        if kept:
-            text = " ".join(kept) + " " + text[pos:]
-    for m in _NUMBER_MENTION.finditer(text):
-        if int(m.group(1)) not in chosen:
-            return True
-        # a number written with another option's text reads as an answer item (``2 - Yes``)
-        at = _ITEM_TEXT_LEAD.match(text, m.end()).end()
-        if any(i not in chosen and p.match(text, at) for i, p in forms.prefixes):
-            return True
-    return False
-
-
-def _is_justification(rest: str, chosen: set[int], forms: _OptionForms, *,
-                      allow_comma: bool) -> bool:
-    """Whether ``rest`` (the text after an answer) is a justification, not more of an answer.
-
-    See docs/parsing.md, "Parser rules", rule 7: ``because``-style words introduce any text;
-    after punctuation the text must start with a letter, not with a hedge word and not with
-    the text of an option outside ``chosen`` (``1. No`` is option 1 with option 2's text). A
-    comma leads a justification only where ``allow_comma``. In every case the text must not
-    name an option outside ``chosen`` (``_names_other_option``), so that a justification
-    never hides part of the answer (``1, because 3 is also ...``).
-    """
-    m = _JUSTIFY_LEAD.match(rest)
-    if m is None:
-        return False
-    text = rest[m.end():]
-    if m.group("word") is not None:
-        return bool(text.strip()) and not _names_other_option(text, chosen, forms)
-    if m.group("comma") is not None and not allow_comma:
-        return False
-    text = text.lstrip(_QUOTES)
-    if not text[:1].isalpha() or _HEDGE_START.match(text):
-        return False
-    if any(i not in chosen and p.match(text) for i, p in forms.prefixes):
-        return False
-    return not _names_other_option(text, chosen, forms)
-
-
-def _ends_item(s: str, pos: int) -> bool:
-    """Whether an answer item may end at ``pos``: end, separator or justification follows."""
-    rest = s[pos:]
-    return (not rest.strip() or _SEPARATOR.match(rest) is not None
-            or _JUSTIFY_LEAD.match(rest) is not None)
-
-
-def _match_option(text: str, forms: _OptionForms) -> int | None:
-    target = _norm(text)
-    return forms.by_text.get(target) if target else None
-
-
-def _parse_option_texts(payload: str, forms: _OptionForms) -> list[int] | None:
-    whole = _match_option(payload, forms)
-    if whole is not None:
-        return [whole]
-    for splitter in _TEXT_SPLITTERS:
-        parts = [p for p in splitter.split(payload.strip().rstrip(".")) if p]
-        if len(parts) < 2:
-            continue
-        found = [_match_option(p, forms) for p in parts]
-        if all(i is not None for i in found):
-            return [i for i in found if i is not None]
-    # A form and a justification are longer than the form; an ASCII payload can only start
-    # with a form's first letter or "(" (IGNORECASE folds a few non-ASCII letters to ASCII).
-    if len(payload) <= forms.shortest or (payload.isascii()
-                                          and payload[:1].lower() not in forms.initials):
-        return None
-    for i, pattern in forms.prefixes:  # one option's text, then a justification
-        m = pattern.match(payload)
-        if m and _is_justification(payload[m.end():], {i}, forms, allow_comma=False):
-            return [i]
-    return None
-
-
-def _skip_option_text(s: str, pos: int, number: int, forms: _OptionForms) -> int:
-    """Position after ``number``'s own option text at ``pos`` (as in ``(2) No``), else ``pos``.
-
-    The echo counts only where an answer item may end (``2 - no lesion is missed`` is the
-    number 2 and a justification, not 2, "No" and stray words).
-    """
-    patterns = forms.echoes.get(number)
-    if not patterns:
-        return pos
-    lead = _TEXT_LEAD.match(s, pos)
-    start = lead.end() if lead else pos
-    for pattern in patterns:
-        m = pattern.match(s, start)
-        if m and _ends_item(s, m.end()):
-            return m.end()
-    return pos
-
-
-def _parse_numbers(payload: str, forms: _OptionForms, multi_select: bool) -> list[int] | None:
-    """Option numbers of ``payload`` (rule 7 of docs/parsing.md, "Parser rules"), or None.
-
-    Every number is read, each with its own option text or bracketed note; whatever follows
-    the last one must be a justification that names no other option.
-    """
-    s = payload.strip()
-    whole = s[:-1].rstrip() if s.endswith(".") else s  # "The answer is [1, 3]."
-    if len(whole) >= 2 and whole[0] + whole[-1] in _ENCLOSERS and not _BRACKETS.search(
-            whole[1:-1]):
-        s = whole[1:-1].strip()
-    pos, numbers, echoed = 0, [], False
-    while True:
-        while pos < len(s) and s[pos].isspace():
-            pos += 1
-        m = _NUMBER_ITEM.match(s, pos)
-        if not m:
-            return None
-        number = int(next(g for g in m.groups() if g is not None))
-        numbers.append(number)
-        pos = _skip_option_text(s, m.end(), number, forms)
-        echoed = pos != m.end()
-        sep = _SEPARATOR.match(s, pos)
-        if sep is None and pos < len(s):
-            # A bracketed note of this number's own (``1 (red), 3 (yellow)``) is read only
-            # when another number follows it; after the last number it is a justification.
-            note = _NOTE.match(s, pos)
-            if note and _is_justification(note.group(), {number}, forms, allow_comma=False):
-                sep = _SEPARATOR.match(s, note.end())
-        if sep and _NUMBER_ITEM.match(s, sep.end()):
-            pos = sep.end()
-            continue
-        break
-    rest = s[pos:]
-    if rest.strip() in ("", "."):
-        return numbers
-    allow_comma = echoed and not multi_select
-    return numbers if _is_justification(rest, set(numbers), forms,
-                                        allow_comma=allow_comma) else None
-
-
 def parse_payload(payload: str, option_texts: Sequence[str] = (), *,
                   multi_select: bool = False, none_index: int | None = None) -> list[int] | None:
-    """Option indices declared by an answer payload (the text after ``Answer:``), or None.
+    """Option indices that ``payload``, read alone as an option list, states; or None.
+
+    The list must start the payload and end at a clause boundary (docs/parsing.md, "Statement
+    grammar"); what follows the boundary is explanation.
 
     Args:
-        payload: One line of text.
-        option_texts: Option labels in order (exact, case-insensitive text answers).
-        multi_select: For multi-select questions ``none`` / ``none of the above`` select
-            ``none_index``, and a comma after an answer always continues a list.
+        payload: Text that should open with an option list (a box's content, the rest of an
+            ``Answer:`` line).
+        option_texts: Option labels in order (text answers such as "Yes", "red point").
+        multi_select: Whether ``none`` phrases select ``none_index``.
         none_index: 1-based index of the "None" option, if any.
 
     Returns:
-        Indices in the order given (not yet range-checked), or None if the payload is not, in
-        full, an answer optionally followed by a justification that names no other option.
+        Indices in the order written (not range-checked), or None if the payload does not
+        open with an option list that is read whole.
     """
-    if not payload.isascii():
-        payload = payload.translate(_FULL_WIDTH)
-    payload = payload.strip()
+    payload = _to_ascii_forms(payload).strip()
     if not payload:
         return None
-    forms = _option_forms(tuple(option_texts), none_index if multi_select else None)
-    by_text = _parse_option_texts(payload, forms)
-    if by_text is not None:
-        return by_text
-    return _parse_numbers(payload, forms, multi_select)
+    forms = option_forms(tuple(option_texts), none_index if multi_select else None)
+    reading = read_list(payload, 0, forms)
+    return list(reading.indices) if reading.kind == READ else None
 
 
 def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = False,
                  option_texts: Sequence[str] = (), none_index: int | None = None,
                  finish_reason: str | None = None,
-                 completion_status: str = "ok") -> ParsedAnswer:
+                 completion_status: str = "ok", question: str = "") -> ParsedAnswer:
     """Parse one raw response strictly (see docs/parsing.md, "Parser rules").
 
     Args:
@@ -659,6 +326,9 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
             ``truncated`` unless an end-of-turn token closed the reply.
         completion_status: The provider's status (``ok``, ``refused``, ``truncated``,
             ``error``, ``blocked``).
+        question: The question as asked (options included), or ''; a reply that repeats
+            the point questions' verb ("should be expanded toward the red point") states its
+            answer with it (docs/parsing.md, "Statement grammar").
 
     Returns:
         The parsed answer and its status.
@@ -703,15 +373,15 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
 
     if not final:
         return _missing("unclosed reasoning block" if unclosed else "empty response")
-    payload = _declared(final)
-    if payload is None:
-        if "\n" in final:
-            return _missing("no answer declaration")
-        payload = final
-    indices = boxes[payload] if payload in boxes else parse_payload(
-        payload, option_texts, multi_select=multi_select, none_index=none_index)
-    if indices is None:
-        return _missing(f"cannot read answer from {payload[:80]!r}")
+    decision = read_statement(final, option_texts,
+                              none_index=none_index if multi_select else None,
+                              multi_select=multi_select, question=question,
+                              cut_off=cut_off)
+    if decision.indices is None:
+        return _missing(decision.detail)
+    if cut_off and _DANGLING.fullmatch(final[decision.end:]):
+        return _missing("the answer is cut off after its list")  # "Answer: 2, but"
+    indices = decision.indices
     chosen = sorted(set(indices))
     out_of_range = [i for i in chosen if not 1 <= i <= num_options]
     if out_of_range:
