@@ -140,10 +140,15 @@ class OptionForms:
             first; each pattern matches at a position, with an optional article, brackets or
             quotes, and ends at a word end.
         num_options: How many options the question has (0 when the texts are unknown).
+        start: Matches wherever an option list may start (a superset: a position it does not
+            match starts no list), so most positions are rejected with one match.
+        any_text: Matches wherever one of ``patterns`` may match (a superset, likewise).
     """
 
     patterns: tuple[tuple[int, re.Pattern[str]], ...]
     num_options: int
+    start: re.Pattern[str]
+    any_text: re.Pattern[str] | None
 
 
 _NONE_PHRASES = ("none", "none of the above", "none of these", "none of them",
@@ -210,11 +215,21 @@ def option_forms(option_texts: tuple[str, ...], none_index: int | None) -> Optio
     patterns = tuple((i, _form_pattern(form, heads.get(i) if form in
                                        {w[0] for _, w in named} else None))
                      for form, i in ordered)
-    return OptionForms(patterns, len(option_texts))
+    firsts = sorted({re.escape(form.split(" ")[0]) for form in forms}, key=len, reverse=True)
+    start = re.compile(
+        r"[ \t\"'“‘]*(?:(?:the|a|an)\s+)?(?:[\d(\[{#\"'“‘]|options?|choices?|masks?|points?|"
+        r"numbers?|no\.|" + "|".join(_WORD_ORDINALS) + r"|either|between|maybe|perhaps|"
+        r"possibly|probably|not\s+sure|unsure|somewhere"
+        + "".join("|" + f for f in firsts) + ")", re.IGNORECASE)
+    any_text = re.compile(r"(?:(?:the|a|an)\s+)?[(\[\"'“‘]?\s*(?:(?:the|a|an)\s+)?(?:"
+                          + "|".join(firsts) + ")", re.IGNORECASE) if firsts else None
+    return OptionForms(patterns, len(option_texts), start, any_text)
 
 
 def _match_text(s: str, pos: int, forms: OptionForms) -> tuple[int, int] | None:
     """(index, end) of the longest option text form at ``pos``, or None."""
+    if forms.any_text is None or forms.any_text.match(s, pos) is None:
+        return None
     best: tuple[int, int] | None = None
     for i, pattern in forms.patterns:
         m = pattern.match(s, pos)
@@ -347,6 +362,8 @@ def read_list(s: str, pos: int, forms: OptionForms) -> ListReading:
         ``ABSENT`` when no option item starts at ``pos``; ``HEDGE`` or ``UNREADABLE``
         otherwise. Never a part of a list.
     """
+    if forms.start.match(s, pos) is None:
+        return ListReading(ABSENT, end=pos)
     enclosed = _enclosed(s, pos, forms)
     if enclosed is not None:
         return enclosed
