@@ -66,6 +66,10 @@ SAMPLING_FIELD = "sampling"
 #: Record and fault field of a sample k >= 1 (K > 1 runs record it for every sample; absent
 #: means sample 0).
 SAMPLE_FIELD = "sample"
+#: Manifest field (an identity field) of a run made with ``--judge``, and the field of the judge's
+#: reading in a record and in a question's block of ``all_results.json`` (docs/parsing.md,
+#: "Judge model").
+JUDGE_FIELD = "judge"
 #: Field of a ``faults.jsonl`` entry holding the model's completion that arrived but could not be
 #: recorded because the judge gave no answer (``evaluation.judge``; docs/parsing.md, "Judge
 #: model"): a resume re-judges it instead of asking the model again.

@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Worker processes that score the runs (and write their viewer chunks) and draw "
              "the figures, one run or figure each at a time; the outputs are the same for any "
              "N (default: the CPUs this process may use).")
+    parser.add_argument(
+        "--judged", action="store_true",
+        help="For runs made with Stage 03's --judge: score the headline tables in the judged "
+             "reading (a reply the judge read counts with the judge's answer) instead of the "
+             "strict one (it counts as unparseable, as without a judge); both readings are in "
+             "judge_summary.csv and report.md either way (docs/metrics.md, 'Strict and judged "
+             "readings') (default: off, strict).")
     add_common_args(parser, seed=True)
     return parser
 
@@ -155,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      model=args.model, bootstrap=args.bootstrap, seed=_seed(args),
                      limit=args.limit, meta={"config": args.config}, progress=progress,
                      viewer=args.viewer, system_prompt=SYSTEM_PROMPT,
-                     viewer_image_max_side=args.viewer_copy_images, jobs=args.jobs)
+                     viewer_image_max_side=args.viewer_copy_images, jobs=args.jobs,
+                     judged=args.judged)
     print(result.summary)
     print("\nOutputs:")
     for path in result.written:

@@ -1,17 +1,17 @@
 """The optional judge model of Stage 03 (docs/parsing.md, "Judge model"; issue 28 item 4).
 
-A scripted model answers some turns in prose the parser cannot read ("I would pick option N
-here." over two lines: no declaration, so ``unparseable``) and the rest with ``Answer: N``; a
-scripted judge reads the option named in the reply it is shown. The judge is given to the
+A scripted model answers some turns in words the parser cannot read and the rest with
+``Answer: N``; a scripted judge reads the option named in the reply it is shown
+(``judge_fakes.py``). The judge is given to the
 runners as the CLI gives it (a :class:`~chexpercept.evaluation.judge.Judge` around a provider).
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
+from judge_fakes import LABEL, FakeJudge, hedged, prose
 from stage03_bundle import CASES, write_bundle
 from stage03_fakes import ScriptedModel, right
 
@@ -33,68 +33,11 @@ from chexpercept.evaluation.judge import (
 from chexpercept.files import read_jsonl
 from chexpercept.layouts import all_results_path, faults_path, records_path, run_manifest_path
 from chexpercept.run_store import KEPT_REPLY_FIELD
-from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest, Usage
+from utils.llm.base import Completion, TurnRequest
 from utils.llm.registry import split_model_spec
 
 KEYS = list(CASES)
 RR = "effusion_s50000001_positive_0"
-LABEL = "fake:judge-model"
-
-
-def _hedged(request: TurnRequest) -> bool:
-    """The turns the model answers in prose, by request id only (about one in three)."""
-    return sum(map(ord, request.request_id)) % 3 == 0
-
-
-WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven")
-
-
-def in_words(numbers: list[int] | int) -> str:
-    """``[2, 4]`` as ``two and four`` (no digit a parser could read)."""
-    return " and ".join(WORDS[n] for n in (numbers if isinstance(numbers, list) else [numbers]))
-
-
-def prose(request: TurnRequest) -> str:
-    """The ground truth in words for the hedged turns, ``Answer: N`` for the others."""
-    if not _hedged(request):
-        return right(request)
-    return (f"My pick is the choice numbered {in_words(request.meta['ground_truth'])}.\n"
-            f"That is my reading of the image.")
-
-
-class FakeJudge(ChatModel):
-    """Reads ``option N`` in the reply part of the judge's prompt; ``Answer: none`` without.
-
-    Attributes:
-        seen: Request ids of every judge request.
-        fail: Request ids answered with a fault (retries ran out).
-    """
-
-    provider = "fake"
-
-    def __init__(self, *, fail: set[str] | None = None) -> None:
-        super().__init__("judge-model")
-        self.seen: list[str] = []
-        self.prompts: list[str] = []
-        self.fail = set(fail or ())
-
-    def generate(self, requests: list[TurnRequest]) -> list[Completion]:
-        out = []
-        for request in requests:
-            self.seen.append(request.request_id)
-            prompt = request.messages[-1].text
-            self.prompts.append(prompt)
-            if request.request_id in self.fail:
-                out.append(Completion(text="", status=FAULT, error="HTTP 500 (retries ran out)"))
-                continue
-            reply = prompt.split("<reply>\n", 1)[1].split("\n</reply>", 1)[0]
-            words = re.search(r"numbered ([a-z ]+)\.", reply)
-            digits = re.search(r"Answer: ([\d,]+)", reply)
-            found = (",".join(str(WORDS.index(w)) for w in words.group(1).split(" and "))
-                     if words else digits.group(1) if digits else "none")
-            out.append(Completion(text=f"The reply commits to it.\nAnswer: {found}",
-                                  usage=Usage(input_tokens=50, output_tokens=8)))
-        return out
 
 
 @pytest.fixture()
@@ -177,7 +120,7 @@ def test_a_judged_record_holds_the_judged_reading_and_the_judge_object(bundle, t
 
 def test_a_judge_that_reads_none_keeps_unparseable_and_records_itself(bundle, tmp_path):
     def vague(request):
-        return "It is hard to say.\nThe image is ambiguous." if _hedged(request) \
+        return "It is hard to say.\nThe image is ambiguous." if hedged(request) \
             else right(request)
 
     _run(bundle, tmp_path / "run", ScriptedModel(vague), _judge())

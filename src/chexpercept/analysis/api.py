@@ -36,6 +36,7 @@ from chexpercept.analysis.extended import (
     analyse_chance,
     analyse_run_file,
     write_extended_csvs,
+    write_judge_csv,
 )
 from chexpercept.analysis.markdown import render_report, write_report
 from chexpercept.analysis.option_order import option_counts
@@ -83,8 +84,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             limit: int | None = None, meta: Mapping[str, Any] | None = None,
             progress: Callable[..., Iterable[Any]] | None = None, viewer: bool = True,
             system_prompt: str | None = None,
-            viewer_image_max_side: int | None = None, jobs: int | None = None
-            ) -> AnalysisResult:
+            viewer_image_max_side: int | None = None, jobs: int | None = None,
+            judged: bool = False) -> AnalysisResult:
     """Analyse the runs of ``results_dir`` with this oracle setting and write the outputs.
 
     All-models mode (neither ``provider`` nor ``model``): the per-model CSVs next to each
@@ -115,6 +116,10 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         jobs: Worker processes for the per-run passes (``analysis.passes``) and the figures
             (the outputs are byte-identical for any value); None: the usable CPUs. A pool
             never starts more workers than it has runs or figures.
+        judged: Score the headline tables of runs made with ``--judge`` in the judged reading
+            (``--judged``); False: the strict reading, a judged question counted as
+            unparseable (docs/metrics.md, "Strict and judged readings"). Either way such runs
+            get both readings in ``judge_summary.csv`` and the report.
 
     Returns:
         The analyses, the files written and the summary table.
@@ -141,7 +146,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     error_facts = load_error_facts(benchmark_dir) if benchmark is not None else None
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
                           image_max_side=viewer_image_max_side, error_facts=error_facts,
-                          option_counts=option_counts(benchmark))
+                          option_counts=option_counts(benchmark), judged=judged)
     parts = []
     cpus = usable_cpus() if jobs is None else jobs  # each pool: at most one per item
     # each file is read once: scored, then converted for the viewer (docs/design.md,
@@ -170,6 +175,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         chance = analyse_chance(benchmark, result.analyses)
         result.written.extend(write_all_models_csvs(all_metrics, out_dir))
         result.written.extend(write_extended_csvs(result.analyses, chance, out_dir))
+        result.written.extend(write_judge_csv(result.analyses, out_dir))
         plots = write_plots(all_metrics, out_dir, oracle_setting, analyses=result.analyses,
                             chance=chance, jobs=cpus)
         result.written.extend(plots)
@@ -192,6 +198,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
         for analysis in result.analyses:
             chance = analyse_chance(benchmark, [analysis])
             result.written.extend(write_extended_csvs([analysis], chance, analysis.run.run_dir))
+            result.written.extend(write_judge_csv([analysis], analysis.run.run_dir))
     result.summary = format_summary_table(all_metrics, oracle_setting)
     n_cases = sum(sum(m.n_cases.values()) for m in all_metrics)
     n_missing = sum(m.n_missing for m in all_metrics)

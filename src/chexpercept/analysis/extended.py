@@ -46,6 +46,7 @@ from chexpercept.analysis.error_anatomy import (
     confusion_rows,
     error_class_rows,
 )
+from chexpercept.analysis.judge_report import JUDGE_COLUMNS, JUDGE_CSV, JudgeSummary, judge_rows
 from chexpercept.analysis.option_order import BASELINE_COLUMNS, POSITION_COLUMNS, OptionTables
 from chexpercept.analysis.release_tables import (
     ATTRIBUTE_DETAIL_PATH,
@@ -116,6 +117,9 @@ class RunAnalysis:
         sampling: Rows of ``sampling_variance.csv`` of a ``--samples K`` run (K > 1;
             :func:`chexpercept.analysis.sampling.analyse_samples`), without the identity
             columns; empty for a one-sample run and for chance.
+        judge: Both readings, the judged shares and the audit agreement of a run made with
+            ``--judge`` (:class:`~chexpercept.analysis.judge_report.JudgeSummary`; set by the
+            Stage 04 pass); None for other runs and for chance.
     """
 
     run: RunRef | None
@@ -127,6 +131,7 @@ class RunAnalysis:
     errors: ErrorAnatomy | None = None
     option_scores: OptionScores | None = None
     sampling: tuple[dict[str, Any], ...] = ()
+    judge: JudgeSummary | None = None
 
     @property
     def name(self) -> str:
@@ -457,6 +462,26 @@ def write_extended_csvs(analyses: Sequence[RunAnalysis], chance: RunAnalysis | N
         write_csv_atomic(out_dir / name, formatted, columns)
         paths.append(out_dir / name)
     return paths
+
+
+def write_judge_csv(analyses: Sequence[RunAnalysis], out_dir: str | Path) -> list[Path]:
+    """Write ``judge_summary.csv`` when any run was made with ``--judge`` (else nothing).
+
+    Its rows (:func:`~chexpercept.analysis.judge_report.judge_rows`; docs/metrics.md, "Strict
+    and judged readings") follow the identity columns, runs in run order; no chance rows.
+
+    Returns:
+        The path written, or an empty list.
+    """
+    judged = [a for a in analyses if a.judge is not None]
+    if not judged:
+        return []
+    rows = [{**a.ids(), **row} for a in judged if a.judge is not None
+            for row in judge_rows(a.judge)]
+    path = Path(out_dir) / JUDGE_CSV
+    write_csv_atomic(path, [{k: format_cell(v) for k, v in r.items()} for r in rows],
+                     (*ID_COLUMNS, *JUDGE_COLUMNS))
+    return [path]
 
 
 def model_colors(names: Sequence[str]) -> dict[str, str]:

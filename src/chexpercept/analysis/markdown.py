@@ -21,6 +21,7 @@ from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.detection import detection_rows
 from chexpercept.analysis.error_anatomy import ERROR_CLASSES, error_class_rows
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
+from chexpercept.analysis.judge_report import JUDGE_CSV, agreement_interval
 from chexpercept.analysis.release_tables import SETTINGS, format_number
 from chexpercept.files import write_text_atomic
 from chexpercept.layouts import ALL_ATTRIBUTE_CSV, ALL_REVISION_CSV, ALL_SUMMARY_CSV
@@ -250,13 +251,77 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
     lines += error_anatomy_section(analyses)
     lines += auroc_section(analyses)
     lines += sampling_section(analyses)
+    lines += judge_section(analyses)
 
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     lines += ["## Tables", ""]
+    judge_csv = (JUDGE_CSV,) if any(a.judge is not None for a in analyses) else ()
     lines += [f"- [{name}]({name})" for name in (ALL_SUMMARY_CSV, ALL_REVISION_CSV,
-                                                  ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS)]
+                                                  ALL_ATTRIBUTE_CSV, *EXTENDED_CSVS,
+                                                  *judge_csv)]
     return "\n".join(lines) + "\n"
+
+
+def _judge_pct(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else format_number(100 * value, 1)
+
+
+def judge_section(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """The "Judge model" section: both readings, judged shares, audit agreement.
+
+    Nothing when no run was made with a judge (docs/metrics.md, "Strict and judged
+    readings").
+    """
+    runs = [(a.name, a.judge) for a in analyses if a.judge is not None]
+    if not runs:
+        return []
+    headline = {s.headline for _, s in runs}
+    which = "judged" if headline == {"judged"} else "strict"
+    lines = ["## Judge model", "",
+             "Runs made with `--judge` (docs/parsing.md, \"Judge model\"): a reply the parser "
+             "could not read was read by a judge model, and a seeded share of the replies the "
+             "parser did read was read by it too, to measure how often the two agree. "
+             f"The tables above use the **{which}** reading "
+             + ("(`--judged`: a judged question is scored by the judge's answer). "
+                if which == "judged" else
+                "(a judged question counts as unparseable, so wrong, as in a run without a "
+                "judge; `--judged` scores it by the judge's answer instead). ")
+             + "Both readings, in percent, `strict / judged` (docs/metrics.md, \"Strict and "
+               "judged readings\"):", ""]
+    header = ["model", "judge", "path", "setting", "stage 1", "stage 2", "stage 3", "stage 4",
+              "depth"]
+    body = []
+    for name, s in runs:
+        strict, judged = s.readings["strict"], s.readings["judged"]
+        for a, b in zip(strict.summary, judged.summary, strict=True):
+            cells = [f"{_judge_pct(a[f'acc(stage{k})'])} / {_judge_pct(b[f'acc(stage{k})'])}"
+                     for k in range(1, 5)]
+            depth = (f"{format_number(a['depth'], 2)} / {format_number(b['depth'], 2)}"
+                     if not math.isnan(a["depth"]) else "n/a")
+            body.append([name, s.judge, a["path"], a["setting"], *cells, depth])
+    lines += _table(header, body)
+    lines += ["Share of judged questions (the parser could not read the reply, the judge read "
+              "an option), per stage, over the scored cases:", ""]
+    body = []
+    for name, s in runs:
+        cells = [_share(k, n) for k, n in s.judged]
+        total = (sum(k for k, _ in s.judged), sum(n for _, n in s.judged))
+        body.append([name, s.judge, *cells, _share(*total)])
+    lines += _table(["model", "judge", "stage 1", "stage 2", "stage 3", "stage 4", "all"], body)
+    lines += ["Agreement of the judge with the parser on the audited replies (both read them; "
+              "`--judge-audit-rate`), with the Wilson 95 % interval:", ""]
+    body = []
+    for name, s in runs:
+        value, low, high = agreement_interval(s.agreed, s.audited)
+        interval = "" if math.isnan(value) else f" [{_judge_pct(low)}, {_judge_pct(high)}]"
+        body.append([name, s.judge, str(s.audited), str(s.agreed), _judge_pct(value) + interval])
+    lines += _table(["model", "judge", "audited", "agree", "agreement %"], body)
+    return lines
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k} of {n} ({_judge_pct(k / n if n else math.nan)} %)"
 
 
 def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:

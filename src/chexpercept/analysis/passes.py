@@ -17,15 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.analysis._workers import worker_pool
+from chexpercept.analysis.case_table import results_case_table
 from chexpercept.analysis.detection import check_pair_types
 from chexpercept.analysis.error_anatomy import CaseFacts, analyse_errors
 from chexpercept.analysis.extended import RunAnalysis, analyse_run_file
+from chexpercept.analysis.judge_report import (
+    JudgeSummary,
+    has_judge,
+    judge_counts,
+    strict_results,
+)
 from chexpercept.analysis.option_order import option_tables
+from chexpercept.analysis.release_tables import run_metrics
 from chexpercept.analysis.runs import RunRef
 from chexpercept.analysis.sampling import analyse_samples
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
 from chexpercept.errors import InputError
-from chexpercept.run_store import RunStore
+from chexpercept.run_store import JUDGE_FIELD, RunStore
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class PassOptions:
             correct position seen stands in.
         error_facts: Benchmark facts of the error classes (``error_anatomy.load_error_facts``);
             None: only the classes that need none are counted.
+        judged: Score the headline tables of a run made with ``--judge`` in the judged
+            reading (``--judged``); False: the strict one (docs/metrics.md, "Strict and
+            judged readings").
     """
 
     n_boot: int
@@ -54,6 +65,7 @@ class PassOptions:
     chunk_size: int = CHUNK_SIZE
     option_counts: Mapping[str, Mapping[str, int]] | None = None
     error_facts: Mapping[str, CaseFacts] | None = None
+    judged: bool = False
 
 
 def run_pass(r: int, run: RunRef, options: PassOptions,
@@ -78,11 +90,17 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
             positive/negative type disagrees with its ``qa_path``.
     """
     store = RunStore(run.run_dir)
-    data = store.read_results(validate=False, missing_ok=False)
+    raw = store.read_results(validate=False, missing_ok=False)
+    judge = _judge_of(store, raw)
+    # a run made with --judge: its headline reading (docs/metrics.md, "Strict and judged
+    # readings"); the viewer shows the file as it is
+    data = raw if judge is None or options.judged else strict_results(raw)
     scored = dict(data) if isinstance(data, dict) else data  # scoring drops unfinished cases
     analysis = analyse_run_file(run, n_boot=options.n_boot, seed=options.seed,
                                 limit=options.limit, key_pool=key_pool, results=scored)
     del scored
+    if judge is not None:
+        analysis = replace(analysis, judge=_judge_summary(run, raw, analysis, judge, options))
     # before anything of this run is written: a pair id contradicting its path (detection)
     check_pair_types(analysis.table, source=run.all_results)
     # the option-position tables read the same parsed file (docs/metrics.md, "Option order")
@@ -94,17 +112,48 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     analysis = replace(analysis, errors=errors)
     samples = store.samples()
     if samples > 1:  # a --samples K run: sampling_variance.csv (docs/metrics.md)
+        reading = strict_results if judge is not None and not options.judged else dict
         analysis = replace(analysis, sampling=tuple(analyse_samples(
-            [dict(data), *(store.read_sample_results(k) for k in range(1, samples))],
+            [dict(data), *(reading(store.read_sample_results(k)) for k in range(1, samples))],
             [store.sample_results_path(k) for k in range(samples)], run.name,
             n_boot=options.n_boot, seed=options.seed,
             key_ids=None if options.limit is None else analysis.table.key_ids)))
     part = None
     if options.viewer_dir is not None:
-        part = convert_run(r, run, data, options.viewer_dir,
+        part = convert_run(r, run, raw, options.viewer_dir,
                            image_max_side=options.image_max_side,
                            chunk_size=options.chunk_size)
     return analysis, part
+
+
+def _judge_of(store: RunStore, data: Any) -> str | None:
+    """The judge's label of a run made with ``--judge`` (its manifest), else None.
+
+    A run whose manifest is missing but whose file holds judged questions gets ''.
+    """
+    manifest = store.read_manifest() or {}
+    judge = manifest.get(JUDGE_FIELD)
+    if isinstance(judge, dict):
+        return str(judge.get("model") or "")
+    return "" if has_judge(data) else None
+
+
+def _judge_summary(run: RunRef, raw: Any, analysis: RunAnalysis, judge: str,
+                   options: PassOptions) -> JudgeSummary:
+    """Both readings' release tables, judged shares and audit agreement of a judged run.
+
+    The reading the headline did not use is scored over the same cases, without intervals.
+
+    Raises:
+        SchemaError: As :func:`extended.analyse_run_file`.
+    """
+    headline = "judged" if options.judged else "strict"
+    other_data = strict_results(raw) if options.judged else dict(raw)
+    table, _ = results_case_table(other_data, run.all_results, run.name, limit=options.limit)
+    other = "strict" if options.judged else "judged"
+    readings = {headline: analysis.metrics, other: run_metrics(table, run.name)}
+    shares, audited, agreed = judge_counts(raw, analysis.table.key_ids)
+    return JudgeSummary(judge, headline, readings, shares, audited, agreed)
 
 
 def run_passes(runs: Sequence[RunRef], options: PassOptions, *, jobs: int = 1,

@@ -82,8 +82,6 @@ JUDGE_PROMPT = (
 JUDGE_PROMPT_SHA256 = hashlib.sha256(JUDGE_PROMPT.encode("utf-8")).hexdigest()
 #: Share of ``ok`` replies also sent to the judge (``--judge-audit-rate``).
 DEFAULT_AUDIT_RATE = 0.1
-#: Manifest field (an identity field), record field and all_results.json field of the judge.
-JUDGE_FIELD = "judge"
 #: Record and all_results.json field of an audited ``ok`` reply.
 AUDIT_FIELD = "judge_audit"
 #: Record id prefix of a judge request (logs only).

@@ -34,7 +34,6 @@ from chexpercept.evaluation.dialogue import (
 )
 from chexpercept.evaluation.judge import (
     AUDIT_FIELD,
-    JUDGE_FIELD,
     Judge,
     JudgeTask,
     KeptReplies,
@@ -55,6 +54,7 @@ from chexpercept.rng import sample_seed
 from chexpercept.run_store import (
     FSYNC_EVERY,
     FSYNC_INTERVAL_S,
+    JUDGE_FIELD,
     KEPT_REPLY_FIELD,
     SAMPLE_FIELD,
     SAMPLING_FIELD,
@@ -526,7 +526,7 @@ def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[Pa
     parsed = parse_answer(completion.text, num_options=turn.num_options,
                           multi_select=turn.multi_select, option_texts=turn.option_texts,
                           none_index=turn.none_index, finish_reason=completion.finish_reason,
-                          completion_status=status)
+                          completion_status=status, question=turn.question)
     parsed = to_original(parsed, turn)
     return parsed, is_correct(parsed, turn.ground_truth, multi_select=turn.multi_select)
 
