@@ -33,7 +33,7 @@ from utils.llm._api import ApiChatModel, LoopBound, answer_completion
 from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after, status_kind
-from utils.llm.settings import AnthropicConfig, check_extra_body
+from utils.llm.settings import AnthropicConfig, check_extra_body, hide_credentials
 from utils.llm.tokens import rule_for_model
 
 #: ``stop_reason`` values meaning the output-token or context limit cut the answer.
@@ -107,8 +107,10 @@ class AnthropicChatModel(ApiChatModel):
         return params
 
     def describe(self) -> dict[str, Any]:
-        """Manifest settings (base URL, request fields, extra body; never the key)."""
-        return {**super().describe(), "base_url": self.base_url, "params": self.params(),
+        """Manifest settings (base URL, credentials hidden; request fields, extra body; no key)."""
+        return {**super().describe(),
+                "base_url": hide_credentials(self.base_url) if self.base_url else None,
+                "params": self.params(),
                 "extra_body": self.extra_body, **self.images.describe()}
 
     def prompt_limits(self) -> PromptLimits:

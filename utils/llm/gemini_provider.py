@@ -42,7 +42,7 @@ from utils.llm.base import Completion, PromptLimits, TurnRequest, Usage
 from utils.llm.keys import ApiKeys, redact, resolve
 from utils.llm.retry import RETRYABLE_STATUS, Failure, RetryPolicy, parse_retry_after, status_kind
 from utils.llm.settings import THINKING_LEVELS as THINKING_LEVELS
-from utils.llm.settings import GeminiConfig
+from utils.llm.settings import GeminiConfig, hide_credentials
 from utils.llm.tokens import rule_for_model
 
 logger = logging.getLogger(__name__)
@@ -170,9 +170,13 @@ class GeminiChatModel(ApiChatModel):
         return params
 
     def describe(self) -> dict[str, Any]:
-        """Manifest settings (backend, project/location, generation config; never the key)."""
+        """Manifest settings (backend, project/location, base URL, generation config; no key).
+
+        The base URL is recorded with its credentials hidden (``hide_credentials``).
+        """
         return {**super().describe(), "backend": "vertex" if self.vertex else "developer",
-                "project": self.project, "location": self.location, "base_url": self.base_url,
+                "project": self.project, "location": self.location,
+                "base_url": hide_credentials(self.base_url) if self.base_url else None,
                 "params": self.config_params(), **self.images.describe()}
 
     def prompt_limits(self) -> PromptLimits:

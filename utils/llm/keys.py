@@ -18,10 +18,13 @@ from typing import Any
 
 from utils.config import expand_vars, read_yaml
 from utils.errors import ConfigError
+from utils.llm.settings import hide_credentials
 
 #: Default key file: ``api_info/api_keys.yaml`` next to the installed ``utils`` package.
 DEFAULT_API_KEYS_PATH = Path(__file__).resolve().parents[2] / "api_info" / "api_keys.yaml"
 
+#: A URL inside a text (up to white space, a quote or an angle bracket).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _KEY_LIKE = re.compile(r"(sk-[A-Za-z0-9_\-*]{6,}|AIza[A-Za-z0-9_\-]{10,}|Bearer\s+\S+)")
 
 
@@ -97,8 +100,14 @@ def resolve(env: Mapping[str, str], env_vars: Iterable[str], keys: ApiKeys, sect
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with the given secret values and anything key-shaped replaced by ``<redacted>``."""
+    """``text`` with the given secret values and anything key-shaped replaced by ``<redacted>``.
+
+    Every URL in it is shown as :func:`~utils.llm.settings.hide_credentials` shows it
+    (``user:password@`` and query-string credentials as ``***``): an SDK's error may quote the
+    request's URL.
+    """
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "<redacted>")
+    text = _URL.sub(lambda m: hide_credentials(m.group(0)), text)
     return _KEY_LIKE.sub("<redacted>", text)

@@ -267,7 +267,8 @@ class OpenAIChatModel(ApiChatModel):
         self._env = os.environ if env is None else env
         self._keys = ApiKeys(config.api_keys)
         self.base_url = self._server_url(config)
-        #: The base URL as logged and recorded: user name and password hidden.
+        #: The base URL as logged and recorded: user name, password and query-string
+        #: credentials hidden (:func:`~utils.llm.settings.hide_credentials`).
         self.server_label = hide_credentials(self.base_url) if self.base_url else \
             "api.openai.com"
         self.reasoning = is_reasoning_model(model)
@@ -563,7 +564,7 @@ class OpenAIChatModel(ApiChatModel):
             response = httpx2.get(url, timeout=timeout_s,
                                   headers={"Authorization": f"Bearer {self._api_key}"})
         except httpx2.HTTPError as exc:
-            text = str(exc) or type(exc).__name__
+            text = redact(str(exc) or type(exc).__name__, (self._api_key,))
             if "SSL" in text or "certificate" in text.lower():
                 raise ProviderError(
                     f"the TLS handshake with {self.server_label} failed ({text}); a local vLLM "
@@ -696,7 +697,8 @@ class OpenAIChatModel(ApiChatModel):
                 if response.status_code == 200:
                     cache = parse_cache_config(response.text)
             except httpx2.HTTPError as exc:
-                logger.debug("GET %s/metrics failed: %s", self.server_label, exc)
+                logger.debug("GET %s/metrics failed: %s", self.server_label,
+                             redact(str(exc), (self._api_key,)))
         self.server_info["kv_cache"] = cache
         return cache
 
@@ -899,6 +901,6 @@ class AzureOpenAIChatModel(OpenAIChatModel):
                 f"parameters")
 
     def describe(self) -> dict[str, Any]:
-        """Manifest settings: deployment, endpoint and api-version included (no key)."""
+        """Manifest settings: deployment, endpoint (credentials hidden), api-version; no key."""
         return {**super().describe(), "deployment": self.deployment,
-                "endpoint": self.endpoint, "api_version": self.api_version}
+                "endpoint": hide_credentials(self.endpoint), "api_version": self.api_version}

@@ -27,6 +27,7 @@ import inspect
 import json
 import numbers
 import os
+import re
 import textwrap
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -181,12 +182,43 @@ def option(default: Any, check: Check | None = None, flag: str | None = None) ->
 
 
 # -- checks shared with the providers ------------------------------------------------------
+#: Query (and fragment) parameters whose value is a credential, by whole name (lower case) ...
+SECRET_URL_PARAMS = frozenset({"auth", "authorization", "code", "password", "passwd", "pwd"})
+#: ... or by a part of it: ``api_key``, ``x-api-key``, ``access_token``, ``sig`` (Azure SAS),
+#: ``X-Amz-Signature``, ``X-Amz-Credential``, ``client_secret``.
+SECRET_URL_PARAM_PARTS = ("key", "token", "secret", "sig", "password", "credential")
+#: ``scheme://user:password@``: everything before the authority's last ``@``.
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def is_secret_url_param(name: str) -> bool:
+    """Whether a URL query parameter called ``name`` carries a credential (any case)."""
+    name = urllib.parse.unquote_plus(name).strip().lower()
+    return name in SECRET_URL_PARAMS or any(part in name for part in SECRET_URL_PARAM_PARTS)
+
+
+def _hide_params(params: str) -> str:
+    """``a=1&api_key=s`` -> ``a=1&api_key=***``: secret-named non-empty values hidden."""
+    out = []
+    for item in params.split("&"):
+        name, eq, value = item.partition("=")
+        out.append(f"{name}=***" if eq and value and is_secret_url_param(name) else item)
+    return "&".join(out)
+
+
 def hide_credentials(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs and manifests)."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    """``url`` as logged and recorded: credentials replaced by ``***``, the rest kept as given.
+
+    Hidden: ``user:password@`` (-> ``***@``) and the value of every query or fragment
+    parameter whose name is a credential's (:func:`is_secret_url_param`: ``api_key``,
+    ``token``, ``sig``, ``password``, ...; ``?api_key=s&v=2`` -> ``?api_key=***&v=2``). The
+    one function every base URL or endpoint goes through before a log line, an error message
+    or a manifest; it parses nothing else, so it never fails and changes nothing else.
+    """
+    head, hash_, fragment = url.partition("#")
+    base, query_mark, query = head.partition("?")
+    base = _USERINFO.sub(r"\1***@", base)
+    return base + query_mark + _hide_params(query) + hash_ + _hide_params(fragment)
 
 
 def check_base_url(base_url: str | None) -> str | None:
