@@ -347,7 +347,8 @@ def test_extra_body_cannot_override_the_output_cap_and_keeps_no_thinking():
 
 
 @pytest.mark.parametrize("url", ["", "  ", "ftp://127.0.0.1:8000/v1", "127.0.0.1:8000/v1",
-                                 "not a url", "http://127.0.0.1:99999/v1", "http:///v1"])
+                                 "not a url", "http://127.0.0.1:99999/v1", "http:///v1",
+                                 "http://[::1/v1", "http://h:port/v1"])
 def test_base_urls_that_cannot_work_are_refused_at_once(url):
     with pytest.raises(ConfigError, match="--base-url"):
         OpenAIChatModel("srv", base_url=url, env={})

@@ -237,12 +237,12 @@ def check_base_url(base_url: str | None) -> str | None:
     if not stripped:
         raise ConfigError(f"--base-url is empty; give the server's URL ({example}) or leave "
                           f"the flag out for api.openai.com")
-    parts = urllib.parse.urlsplit(stripped)
-    try:
+    try:  # urlsplit refuses an unclosed IPv6 bracket, .port a port that is not a number
+        parts = urllib.parse.urlsplit(stripped)
         port_ok = parts.port is None or 0 < parts.port < 65536
     except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        parts, port_ok = None, False
+    if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"--base-url {hide_credentials(stripped)!r}: not an http(s) URL with "
                           f"a host and a valid port ({example})")
     return stripped.rstrip("/")
