@@ -332,3 +332,36 @@ def test_kept_replies_answer_once_then_ask_the_model():
     assert [c.text for c in kept.generate(reqs)] == ["kept", "Answer: 1"]
     assert inner.calls == [["b/t"]]
     assert [c.text for c in kept.generate(reqs[:1])] == ["Answer: 1"]  # once only
+
+
+def test_judge_settings_without_a_judge_or_with_ray_are_refused():
+    from chexpercept.evaluation.api import check_judge
+    from chexpercept.evaluation.replicas import RayReplicas
+
+    check_judge(None, None, 0.1, None)  # the default: nothing to check
+    check_judge("openai:m", "http://127.0.0.1:1/v1", 0.0, None)
+    with pytest.raises(ConfigError, match="need --judge"):
+        check_judge(None, "http://127.0.0.1:1/v1", 0.1, None)
+    with pytest.raises(ConfigError, match="need --judge"):
+        check_judge(None, None, 0.5, None)
+    with pytest.raises(ConfigError, match=r"in \[0, 1\]"):
+        check_judge("openai:m", None, -0.1, None)
+    with pytest.raises(ConfigError, match="Ray replicas"):
+        check_judge("openai:m", None, 0.1, RayReplicas())
+
+
+def test_the_cli_refuses_a_judge_flag_without_a_judge(tmp_path, capsys):
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "src" / "03_eval_vlm_on_chexpercept" / \
+        "00_eval.py"
+    main = runpy.run_path(str(script), run_name="eval_under_test")["main"]
+    bench = write_bundle(tmp_path / "bench")
+    with pytest.raises(ConfigError, match="need --judge"):
+        main(["--benchmark-dir", str(bench), "--provider", "dummy", "--output-path",
+              str(tmp_path / "out"), "--judge-base-url", "http://127.0.0.1:1/v1"])
+    with pytest.raises(SystemExit):
+        main(["--benchmark-dir", str(bench), "--provider", "dummy", "--judge-audit-rate", "2"])
+    assert "must be in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
