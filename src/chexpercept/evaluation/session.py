@@ -68,8 +68,10 @@ from utils.status import COMPLETION_STATUSES, Status
 logger = logging.getLogger(__name__)
 
 #: Version of the dialogue + parsing protocol; bump when either changes what a run produces
-#: (2: the parser rules of docs/parsing.md, the ``blocked`` status and ``fault`` turns).
-PROTOCOL_VERSION = 2
+#: (2: the parser rules of docs/parsing.md, the ``blocked`` status and ``fault`` turns;
+#: 3: the statement grammar of docs/parsing.md, which reads some replies differently, so a
+#: run begun under 2 is not resumed under 3).
+PROTOCOL_VERSION = 3
 
 #: Requests in a row without an answer after which the run stops (``--max-consecutive-faults``):
 #: a dead server would otherwise be asked every case, each with all its retries. At 5 %
