@@ -37,6 +37,7 @@ from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
 from chexpercept.evaluation.judge import DEFAULT_AUDIT_RATE
 from chexpercept.evaluation.option_order import OPTION_ORDERS
 from chexpercept.evaluation.replicas import RayReplicas
+from chexpercept.evaluation.reply_cap import MIN_REPLY_CHARS, REPLY_CHARS_PER_TOKEN
 from chexpercept.evaluation.session import (
     DEFAULT_MAX_CONSECUTIVE_FAULTS,
     UNFINISHED_EXIT,
@@ -331,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "e.g. --temperature T > 0; docs/evaluation_protocol.md, "
                              "'Sampling'); part of the run's identity (default: %(default)s, "
                              "the release's protocol).")
+    parser.add_argument("--max-reply-chars", "--max_reply_chars", dest="max_reply_chars",
+                        type=positive_int, default=None,
+                        help="Characters of one reply the run keeps: a longer reply (a broken "
+                             "or hostile server) is recorded as truncated with its first N "
+                             "characters and its length, and later turns replay only that part "
+                             f"(default: {REPLY_CHARS_PER_TOKEN} per --max-new-tokens token, at "
+                             f"least {MIN_REPLY_CHARS}; docs/engines.md, 'Reply cap').")
     _add_judge_args(parser)
     _add_provider_args(parser)
     add_ray_replica_args(parser)
@@ -394,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.benchmark_dir, provider=provider, output_path=output_path, model=args.model,
         oracle_setting=args.oracle_setting, no_thinking=args.no_thinking, seed=seed,
         **selection, save_every=args.save_every, overwrite=args.overwrite,
-        concurrency=args.concurrency,
+        concurrency=args.concurrency, max_reply_chars=args.max_reply_chars,
         max_consecutive_faults=args.max_consecutive_faults,
         give_up_unanswered=args.give_up_unanswered, option_probs=args.option_probs,
         option_order=args.option_order,

@@ -143,6 +143,9 @@ class Completion:
             token, in order; None when none were requested or none came back (Stage 03 then
             records the turn's option probabilities as missing, never as zeros;
             docs/metrics.md, "Option probabilities and AUROC").
+        reply_chars: Length in characters of the reply the provider returned, when Stage 03
+            kept only its first ``text`` characters (the reply cap, docs/engines.md, "Reply
+            cap"); None: ``text`` is the whole reply.
     """
 
     text: str
@@ -154,6 +157,7 @@ class Completion:
     attempts: int = 1
     response_model: str | None = None
     top_logprobs: list[TokenTopLogprobs] | None = None
+    reply_chars: int | None = None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
              per_path_limit: int | None = None, part: int | None = None,
              total_parts: int = 1, save_every: int = 10, overwrite: bool = False,
              concurrency: int | None = None, max_new_tokens: int | None = None,
+             max_reply_chars: int | None = None,
              max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
              give_up_unanswered: bool = False, option_probs: bool = False,
              option_order: str = "release",
@@ -241,6 +242,9 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
         concurrency: Requests in flight of the async runner (None: :func:`default_concurrency`,
             the provider's suggestion or 16).
         max_new_tokens: Output-token cap per turn (None: the provider's default).
+        max_reply_chars: Characters of one reply the run keeps (``--max-reply-chars``; a
+            longer reply is recorded as ``truncated`` with its first part; docs/engines.md,
+            "Reply cap"); None: 8 per output token of the provider, at least 4096.
         max_consecutive_faults: Stop after this many requests in a row got no answer.
         give_up_unanswered: Do not ask again turns that got no answer earlier.
         option_probs: ``--option-probs``: ask the provider for the top
@@ -311,7 +315,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
                             per_path_limit=per_path_limit,
                             max_consecutive_faults=max_consecutive_faults,
                             give_up_unanswered=give_up_unanswered, option_probs=option_probs,
-                            option_order=option_order, samples=samples)
+                            option_order=option_order, samples=samples,
+                            max_reply_chars=max_reply_chars)
     if ray is not None:  # N replicas, each an actor holding one engine; same run folder
         return evaluate_on_ray(bundle, cases, settings, run_dir, ray, options=options,
                                overwrite=overwrite, progress=progress)

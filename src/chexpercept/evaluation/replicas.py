@@ -32,6 +32,7 @@ from chexpercept.errors import ConfigError, ProviderError
 from chexpercept.evaluation.budget import check_budget
 from chexpercept.evaluation.cases import NUM_TURNS, TURNS, Bundle, EvalCase
 from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome
+from chexpercept.evaluation.reply_cap import cap_reply, reply_cap_chars
 from chexpercept.evaluation.session import (
     CaseState,
     Drain,
@@ -274,6 +275,7 @@ class ReplicaWorker:
                                 f"returned {len(completions)} completion(s) for "
                                 f"{len(prepared)} request(s)")
         counts = RunSummary(Path(), Path())  # this batch's counts; the driver adds them up
+        cap = reply_cap_chars(settings.max_reply_chars, self.model.prompt_limits().max_new_tokens)
         records: list[dict[str, Any] | None] = []
         faults: dict[int, tuple[PreparedTurn, Completion]] = {}
         for i, (state, prep, completion) in enumerate(zip(batch, prepared, completions,
@@ -282,9 +284,10 @@ class ReplicaWorker:
                 state.fault = completion.error or "no answer"
                 faults[i] = (prep, completion)
                 records.append(None)
-            else:
-                records.append(finish_turn(state, prep, completion, counts, settings.model,
-                                           elapsed, option_probs=settings.option_probs))
+            else:  # cut to the reply cap as the driver's session does (docs/engines.md)
+                records.append(finish_turn(state, prep, cap_reply(completion, cap), counts,
+                                           settings.model, elapsed,
+                                           option_probs=settings.option_probs))
         return ReplicaBatch(turn_index=turn_index, key_ids=[s.key_id for s in batch],
                             records=records, faults=faults, batch_latency_s=elapsed,
                             usage=counts.usage, cost_usd=counts.cost_usd,

@@ -44,7 +44,8 @@ from chexpercept.evaluation.judge import (
 )
 from chexpercept.evaluation.option_order import apply_option_order, check_option_order, to_original
 from chexpercept.evaluation.option_probs import turn_option_probs
-from chexpercept.evaluation.parsing import ERROR, OK, ParsedAnswer, parse_answer
+from chexpercept.evaluation.parsing import ERROR, OK, TRUNCATED, ParsedAnswer, parse_answer
+from chexpercept.evaluation.reply_cap import REPLY_CHARS_FIELD, cap_reply, reply_cap_chars
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
 from chexpercept.files import to_jsonable
@@ -116,6 +117,10 @@ class EvalSettings:
         samples: K of ``--samples K``: each case is asked K times, as K independent
             dialogues, sample k with seed ``rng.sample_seed(seed, k)``
             (docs/evaluation_protocol.md, "Sampling"); 1: the release's one dialogue.
+        max_reply_chars: ``--max-reply-chars``: the characters of one reply the run keeps
+            (:func:`~chexpercept.evaluation.reply_cap.reply_cap_chars`); None: derived from the
+            provider's output-token cap (docs/engines.md, "Reply cap"). Recorded in the
+            manifest, not compared on resume.
     """
 
     provider: str
@@ -134,6 +139,7 @@ class EvalSettings:
     option_probs: bool = False
     option_order: str = "release"
     samples: int = 1
+    max_reply_chars: int | None = None
 
     def sample_seeds(self) -> list[int]:
         """The seed of each sample, sample 0 first (:func:`chexpercept.rng.sample_seed`)."""
@@ -283,9 +289,26 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle,
         # only with --judge (docs/parsing.md, "Judge model"); an identity field
         **({JUDGE_FIELD: judge.identity()} if judge is not None else {}),
         "benchmark_dir": str(bundle.source_dir or bundle.layout.root),
+        # not an identity field: it changes only what is kept of an over-long reply
+        "max_reply_chars": run_reply_cap(settings, model),
         **provenance(repo_root(), _MANIFEST_PACKAGES),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def run_reply_cap(settings: EvalSettings, model: ChatModel) -> int:
+    """The run's reply cap in characters (docs/engines.md, "Reply cap").
+
+    ``settings.max_reply_chars``, else derived from the provider's output-token cap
+    (:func:`~chexpercept.evaluation.reply_cap.reply_cap_chars`).
+
+    Raises:
+        ConfigError: If ``settings.max_reply_chars`` is below 1.
+    """
+    try:
+        return reply_cap_chars(settings.max_reply_chars, model.prompt_limits().max_new_tokens)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -493,6 +516,9 @@ def _record(prepared: PreparedTurn, completion: Completion, parsed: ParsedAnswer
         "oracle": prepared.oracle,
         # only under --option-order shuffled / circular: a release record is unchanged
         **_order_fields(prepared.turn, parsed),
+        # only for a reply over the cap (docs/engines.md, "Reply cap")
+        **({REPLY_CHARS_FIELD: completion.reply_chars}
+           if completion.reply_chars is not None else {}),
     }
 
 
@@ -518,12 +544,20 @@ def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[Pa
 
     The answer is parsed against the options as displayed and mapped back to original option
     numbers (:func:`~chexpercept.evaluation.option_order.to_original`) before it is compared
-    with the ground truth, so every option order is scored by the one rule.
+    with the ground truth, so every option order is scored by the one rule. A reply cut by
+    the reply cap (``reply_chars`` set, status ``truncated``;
+    :func:`~chexpercept.evaluation.reply_cap.cap_reply`) is ``truncated`` and wrong without
+    being read: its declared answer may lie past the cut (docs/engines.md, "Reply cap").
 
     Returns:
         The parsed answer in original option numbers, and whether it is correct.
     """
     turn = prepared.turn
+    if completion.reply_chars is not None and completion.status == TRUNCATED:
+        return ParsedAnswer(None, TRUNCATED,
+                            f"reply of {completion.reply_chars} characters, over the reply "
+                            f"cap of {len(completion.text or '')} (--max-reply-chars); its "
+                            f"first part is kept, not read"), False
     status = completion.status if completion.status in COMPLETION_STATUSES else ERROR
     parsed = parse_answer(completion.text, num_options=turn.num_options,
                           multi_select=turn.multi_select, option_texts=turn.option_texts,
@@ -625,6 +659,8 @@ class RunSession:
         judge_breaker: Stops the run when too many judge requests in a row get no answer.
         kept: Request id -> a model reply kept by an earlier judge fault, answered again
             from there (:meth:`wrap`) instead of asking the model.
+        reply_cap: Characters of one reply kept (:func:`run_reply_cap`); a longer reply is
+            cut before it is scored, recorded or replayed (docs/engines.md, "Reply cap").
     """
 
     def __init__(self, store: RunStore, settings: EvalSettings, states: dict[str, CaseState],
@@ -633,7 +669,10 @@ class RunSession:
                  fsync_interval_s: float = FSYNC_INTERVAL_S,
                  sample_states: dict[int, dict[str, CaseState]] | None = None,
                  judge: Judge | None = None,
-                 kept: Mapping[str, Completion] | None = None) -> None:
+                 kept: Mapping[str, Completion] | None = None,
+                 reply_cap: int | None = None) -> None:
+        self.reply_cap = reply_cap if reply_cap is not None else \
+            reply_cap_chars(settings.max_reply_chars, None)
         self.judge = judge
         self.judge_breaker = FaultBreaker(settings.max_consecutive_faults)
         self.kept = dict(kept or {})
@@ -693,10 +732,11 @@ class RunSession:
         """What the judge is to read of this completion, or None.
 
         None: no judge, a fault, or a reply that is neither ``unparseable`` nor in the audit
-        sample.
+        sample (a reply over the reply cap is ``truncated``: the judge never reads it).
         """
         if self.judge is None or completion.status == FAULT:
             return None
+        completion = cap_reply(completion, self.reply_cap)
         parsed, _ = score_completion(prep, completion)
         return self.judge.task(prep.turn, prep.request.request_id, parsed, completion.text or "",
                                state.key_id, state.dialogue.sample)
@@ -774,6 +814,7 @@ class RunSession:
             self.breaker.observe(completion)
             return None
         self.breaker.observe(completion)
+        completion = self.capped(completion)
         task = self.judge_task(state, prep, completion)
         if task is not None and (verdict is None or verdict.completion.status == FAULT):
             why = "not asked (the run stopped first)" if verdict is None else \
@@ -799,6 +840,15 @@ class RunSession:
                            "sample_seed": state.dialogue.seed})
         record.update(extra or {})
         return record
+
+    def capped(self, completion: Completion) -> Completion:
+        """``completion`` cut to :attr:`reply_cap` characters (:func:`cap_reply`); logs a cut."""
+        capped = cap_reply(completion, self.reply_cap)
+        if capped is not completion:
+            logger.warning("a reply of %d characters is over the reply cap of %d "
+                           "(--max-reply-chars): its first part is kept, status truncated",
+                           capped.reply_chars, self.reply_cap)
+        return capped
 
     def take(self, state: CaseState, record: dict[str, Any]) -> None:
         """Append a record answered and scored elsewhere (a Ray replica's actor).
@@ -917,7 +967,7 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                       [sample[c.key_id] for c in cases for sample in every], summary,
                       fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
                       sample_states={k: st for k, st in enumerate(every) if k},
-                      judge=judge, kept=kept)
+                      judge=judge, kept=kept, reply_cap=run_reply_cap(settings, model))
 
 
 def _kept_replies(store: RunStore, every: Sequence[Mapping[str, CaseState]],
