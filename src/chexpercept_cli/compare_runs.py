@@ -5,10 +5,12 @@ folders of two runs, e.g. two models, or one model under two oracle settings) an
 ``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<run>.oracle_<setting>``;
 ``<output-dir>`` defaults to the folder that holds both runs, i.e. next to the inputs):
 per stage (end-to-end and oracle-passed), sub-question and depth, for all cases, each path
-and each lesion, the accuracies of A and B, the difference B - A with a 95% paired bootstrap
-interval (the same case resamples for both runs, stratified by lesion x path), the discordant
-counts and McNemar's test (exact binomial below 25 discordant cases). Runs whose key_id sets
-differ are refused, with the key_ids that differ. The pooled rows are printed.
+and each lesion, the accuracies of A and B, the difference B - A with a 95% interval (Tango's
+score interval for accuracies, a paired bootstrap stratified by lesion x path for depth), the
+discordant counts, the score test (McNemar without continuity correction, which the interval
+inverts) and its Holm-adjusted p-value over the comparison (docs/metrics.md, "Paired
+comparison"). Runs whose key_id sets differ are refused, with the key_ids that differ. The
+pooled accuracy rows are printed, then the primary endpoint (mean depth over all cases).
 
 Example::
 
@@ -46,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "the deepest folder holding both run folders, next to the "
                              "inputs; the source tree is never written by default).")
     parser.add_argument("--bootstrap", type=non_negative_int, default=DEFAULT_BOOTSTRAP,
-                        help="Paired bootstrap resamples; 0 writes no intervals "
-                             "(default: %(default)s).")
+                        help="Paired bootstrap resamples of the depth cells; 0 writes no "
+                             "intervals at all (default: %(default)s).")
     add_common_args(parser, seed=True)
     return parser
 

@@ -1,12 +1,14 @@
-"""Stage 04 paired comparison: McNemar on hand examples, paired bootstrap, refusing mismatches."""
+"""Stage 04 paired comparison: score test and Tango interval, Holm, bootstrap, mismatches."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from chexpercept.analysis import case_table, mcnemar, paired_comparison
+from chexpercept.analysis import case_table, format_comparison, paired_comparison
+from chexpercept.analysis.inference import holm, score_test_p, tango_interval
 from chexpercept.errors import InputError
 
 
@@ -14,19 +16,14 @@ def _table(cases, name):
     return case_table(name, {c["key_id"]: c for c in cases})
 
 
-def test_mcnemar_hand_examples():
-    # exact: b=1, c=5 -> two-sided binomial P = 2 * P(X <= 1 | n=6, p=1/2) = 2 * 7/64
-    test, p = mcnemar(1, 5)
-    assert test == "exact" and p == pytest.approx(14 / 64)
-    assert mcnemar(0, 0) == ("exact", 1.0)
-    assert mcnemar(3, 3)[1] == pytest.approx(1.0)
-    # chi-square with continuity correction: b=10, c=30 -> (|10-30|-1)^2/40 = 9.025
-    test, p = mcnemar(10, 30)
-    assert test == "chi2_cc"
-    from scipy import stats
-
-    assert p == pytest.approx(stats.chi2.sf(9.025, 1))
-    assert p == pytest.approx(0.002663, rel=1e-3)
+def test_score_test_hand_examples():
+    # McNemar without continuity correction: z = (b - c) / sqrt(b + c), two-sided normal p
+    assert score_test_p(np.array([1]), np.array([5]))[0] == pytest.approx(
+        math.erfc(4 / math.sqrt(6) / math.sqrt(2)))
+    assert score_test_p(np.array([0]), np.array([0]))[0] == 1.0
+    assert score_test_p(np.array([3]), np.array([3]))[0] == pytest.approx(1.0)
+    # 4 vs 0 discordant: z = 2, p = 0.0455 (the exact binomial test would give 0.125)
+    assert score_test_p(np.array([0]), np.array([4]))[0] == pytest.approx(0.0455003, abs=1e-7)
 
 
 def test_paired_comparison_counts_difference_and_interval(builders):
@@ -41,11 +38,20 @@ def test_paired_comparison_counts_difference_and_interval(builders):
                                                                    "e2e:stage1")]
     assert r.n_cases == 30 and r.value_a == pytest.approx(1 / 3)
     assert r.value_b == pytest.approx(25 / 30) and r.diff == pytest.approx(0.5)
-    assert (r.a_only, r.b_only, r.test) == (0, 15, "exact")
-    assert r.p_value == pytest.approx(2 * 0.5 ** 15)
+    assert (r.a_only, r.b_only, r.test) == (0, 15, "score")
+    assert r.p_value == pytest.approx(math.erfc(math.sqrt(15) / math.sqrt(2)))
+    low, high = tango_interval(np.array([15]), np.array([0]), np.array([30]))
+    assert (r.ci_low, r.ci_high) == pytest.approx((low[0], high[0]))
     assert r.ci_low <= r.diff <= r.ci_high and r.ci_low > 0
+    # lesion-free cases only: depth is stage 1 right/wrong, so it gets the same interval and test
     (d,) = [r for r in rows if (r.lesion, r.path, r.metric) == ("all", "all", "depth")]
-    assert d.test is None and d.diff == pytest.approx(0.5)
+    assert d.diff == pytest.approx(0.5) and d.test == "score"
+    assert (d.ci_low, d.p_value) == pytest.approx((r.ci_low, r.p_value))
+    # Holm over every p-value of the comparison
+    tested = [x for x in rows if x.p_value is not None]
+    assert [x.p_holm for x in tested] == pytest.approx(
+        list(holm(np.array([x.p_value for x in tested]))))
+    assert all(x.p_holm is None for x in rows if x.p_value is None)
     # per lesion rows exist; a lesion without cases is NA
     (empty,) = [r for r in rows if (r.lesion, r.path, r.metric) == ("edema", "all",
                                                                     "e2e:stage1")]
@@ -76,3 +82,31 @@ def test_runs_with_different_key_ids_are_refused(builders):
                 mk("edema_s2_negative_0", "revision_free")], "c")
     with pytest.raises(InputError, match="qa_path"):
         paired_comparison(a, c, n_boot=0, seed=0)
+
+
+def test_depth_keeps_the_bootstrap_and_intervals_agree_with_the_test(builders):
+    mk = builders.make_case
+    keys = [(f"edema_s{i}_positive_0", "revision_required") for i in range(12)] + [
+        (f"edema_s{i}_negative_0", "lesion_free") for i in range(12, 24)]
+    a = _table([mk(k, p, s1=i % 3 != 0, s2=i % 2 == 0) for i, (k, p) in enumerate(keys)], "a")
+    b = _table([mk(k, p, s1=i % 4 != 0, s2=True) for i, (k, p) in enumerate(keys)], "b")
+    rows = paired_comparison(a, b, n_boot=200, seed=1)
+    (d,) = [r for r in rows if (r.lesion, r.path, r.metric) == ("all", "all", "depth")]
+    assert d.test is None and d.p_value is None and d.ci_low < d.diff < d.ci_high
+    for r in rows:
+        if r.p_value is not None and not math.isnan(r.ci_low):
+            assert (r.p_value < 0.05) == (r.ci_low > 0 or r.ci_high < 0), r
+    text = format_comparison(rows, "a", "b")
+    assert "p_holm" in text.splitlines()[1]
+    assert "primary endpoint, mean depth over all 24 cases" in text
+
+
+def test_no_bootstrap_means_no_intervals_but_tests(builders):
+    mk = builders.make_case
+    keys = [f"effusion_s{i}_negative_0" for i in range(12)]
+    a = _table([mk(k, "lesion_free", s1=i < 2) for i, k in enumerate(keys)], "a")
+    b = _table([mk(k, "lesion_free", s1=i < 9) for i, k in enumerate(keys)], "b")
+    rows = paired_comparison(a, b, n_boot=0, seed=0)
+    assert all(math.isnan(r.ci_low) for r in rows)
+    (r,) = [r for r in rows if (r.lesion, r.path, r.metric) == ("all", "all", "e2e:stage1")]
+    assert r.test == "score" and r.p_value == pytest.approx(math.erfc(math.sqrt(7 / 2)))

@@ -180,8 +180,10 @@ def test_compare_runs_writes_csv_and_refuses_other_cases(results, tmp_path, caps
     (r,) = [r for r in rows if (r["lesion"], r["path"], r["metric"])
             == ("all", "all", "oracle:stage1")]
     assert (r["n_cases"], r["n_a_only_correct"], r["n_b_only_correct"]) == ("3", "2", "0")
-    assert r["diff_b_minus_a"] == "-0.666667" and r["mcnemar_test"] == "exact"
-    assert float(r["p_value"]) == pytest.approx(0.5)
+    assert r["diff_b_minus_a"] == "-0.666667" and r["mcnemar_test"] == "score"
+    # 2 vs 0 discordant: z = 2 / sqrt(2); Holm over the comparison's tests, never below p
+    assert float(r["p_value"]) == pytest.approx(0.157299, abs=1e-6)
+    assert float(r["p_holm"]) >= float(r["p_value"])
     assert "B - A" in capsys.readouterr().out
 
     other = _write(tmp_path / "other", "x_y", [_case("edema_s9_negative_0", "lesion_free")])

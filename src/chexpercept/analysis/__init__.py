@@ -27,7 +27,6 @@ from chexpercept.analysis.chance import chance_table, load_chance_or_none, quest
 from chexpercept.analysis.compare import (
     COMPARE_COLUMNS,
     format_comparison,
-    mcnemar,
     paired_comparison,
 )
 from chexpercept.analysis.extended import (
@@ -72,7 +71,6 @@ __all__ = [
     "format_comparison",
     "format_summary_table",
     "load_chance_or_none",
-    "mcnemar",
     "paired_comparison",
     "question_chance",
     "read_case_table",
