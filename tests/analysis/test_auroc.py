@@ -2,12 +2,11 @@
 
 import math
 
-import numpy as np
 import pytest
 
 from chexpercept.analysis.auroc import auroc_rows, option_scores
 from chexpercept.analysis.case_table import case_table
-from chexpercept.analysis.confidence import auroc_delong
+from chexpercept.analysis.confidence import auroc_interval
 from chexpercept.errors import SchemaError
 
 
@@ -56,7 +55,7 @@ def test_detection_auroc_is_hand_computed_and_unusable_turns_are_counted_apart()
     # pairs (pos > neg): 0.9 > both, 0.4 > 0.2 only, 0.7 > both -> 5 of 6
     assert pooled["auroc"] == pytest.approx(5 / 6)
     assert (pooled["auroc"], pooled["ci_low"], pooled["ci_high"]) == pytest.approx(
-        auroc_delong([0.9, 0.4, 0.7, 0.5, 0.2], [True] * 3 + [False] * 2))
+        auroc_interval([0.9, 0.4, 0.7, 0.5, 0.2], [True] * 3 + [False] * 2))
     assert (pooled["n_positive"], pooled["n_negative"], pooled["n_without_probs"]) == (3, 2, 1)
     assert rows[("detection", "effusion")]["auroc"] == pytest.approx(5 / 6)
     # contour evaluation: only revision-free cases, no positive -> no AUROC, a note
@@ -78,7 +77,7 @@ def test_no_option_probs_gives_none_and_malformed_ones_name_the_case():
         option_scores(bad, case_table("run", bad), "x/all_results.json")
 
 
-def test_tied_scores_have_no_interval():
+def test_tied_and_perfect_scores_get_an_interval():
     results = _results()
     for case in results.values():
         op = case["detection_qa"].get("option_probs")
@@ -86,8 +85,15 @@ def test_tied_scores_have_no_interval():
             op["probs"] = {"1": 0.5, "2": 0.5}
     rows = auroc_rows(option_scores(results, case_table("run", results)))
     pooled = next(r for r in rows if r["question"] == "detection" and r["lesion"] == "all")
-    assert pooled["auroc"] == 0.5 and np.isnan(pooled["ci_low"])
-    assert "DeLong variance 0" in pooled["note"]
+    assert pooled["auroc"] == 0.5 and pooled["ci_low"] < 0.5 < pooled["ci_high"]
+    assert pooled["note"] == ""
+    # every positive above every negative: AUROC 1 with a finite lower bound
+    results = _results()
+    results["effusion_s2_positive_0"]["detection_qa"]["option_probs"]["probs"] = {"1": 0.95,
+                                                                                  "2": 0.05}
+    rows = auroc_rows(option_scores(results, case_table("run", results)))
+    pooled = next(r for r in rows if r["question"] == "detection" and r["lesion"] == "all")
+    assert pooled["auroc"] == 1.0 and 0 < pooled["ci_low"] < 1 and pooled["ci_high"] == 1.0
 
 
 def test_option_probs_not_summing_to_one_are_refused():

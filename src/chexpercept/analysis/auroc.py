@@ -2,8 +2,9 @@
 
 A run made with ``00_eval.py --option-probs`` records each answered turn's option probabilities
 in ``all_results.json`` (the question block's ``option_probs``; docs/metrics.md, "Option
-probabilities and AUROC"). Two questions are yes/no and get an AUROC with DeLong's interval
-(:func:`chexpercept.analysis.confidence.auroc_delong`), per lesion and pooled:
+probabilities and AUROC"). Two questions are yes/no and get an AUROC with Newcombe's (2006)
+score-type interval, which every AUROC gets, 0 and 1 included
+(:func:`chexpercept.analysis.confidence.auroc_interval`), per lesion and pooled:
 
 - ``detection`` (Stage 1): positive = lesion present (paths ``revision_required`` and
   ``revision_free``), negative = ``lesion_free``; score = P("Yes");
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from chexpercept.analysis.case_table import CaseTable
-from chexpercept.analysis.confidence import auroc_delong
+from chexpercept.analysis.confidence import auroc_interval
 from chexpercept.errors import SchemaError
 from chexpercept.lesions import LESIONS, QA_PATHS
 
@@ -45,7 +46,7 @@ AUROC_QUESTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 #: Columns of ``auroc.csv`` (after the run's identity columns).
 AUROC_COLUMNS: tuple[str, ...] = ("question", "lesion", "auroc", "ci_low", "ci_high",
                                   "n_positive", "n_negative", "n_without_probs", "note")
-#: Fewest positives and negatives an AUROC needs (DeLong's variance has n - 1 in it).
+#: Fewest positives and negatives an AUROC needs (an AUROC of one case per class is 0, 1/2 or 1).
 MIN_PER_CLASS = 2
 
 
@@ -143,7 +144,7 @@ def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
     Returns:
         Rows with the keys of :data:`AUROC_COLUMNS`. A cell with fewer than
         :data:`MIN_PER_CLASS` positives or negatives has NaN AUROC and bounds and a ``note``;
-        an AUROC of exactly 0 or 1 has NaN bounds (docs/metrics.md says why).
+        every other cell has both bounds, also at an AUROC of exactly 0 or 1.
     """
     rows = []
     for question, (_, positives, _) in AUROC_QUESTIONS.items():
@@ -164,9 +165,6 @@ def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
                 row["note"] = (f"needs >= {MIN_PER_CLASS} positives and {MIN_PER_CLASS} "
                                f"negatives with probabilities")
             else:
-                row["auroc"], row["ci_low"], row["ci_high"] = auroc_delong(score[has], truth)
-                if math.isnan(row["ci_low"]):
-                    row["note"] = ("DeLong variance 0 (AUROC 0 or 1, or all scores tied): "
-                                   "no interval")
+                row["auroc"], row["ci_low"], row["ci_high"] = auroc_interval(score[has], truth)
             rows.append(row)
     return rows
