@@ -11,7 +11,7 @@ cases:
   its coverage at small n is known (mean 95.1%, never below 91.4% for n = 10-200 at
   accuracies from 0.1 to 0.9 and the chance levels of the benchmark's questions;
   docs/metrics.md, "Bootstrap"), and it is never zero-width, also not at 0 or n correct;
-- a mean of several values (``depth``, 0-4, and the paired differences of
+- a mean of several values (``depth``, 0-4, and the paired depth differences of
   :mod:`~chexpercept.analysis.compare`) gets a bootstrap interval over cases
   (:func:`bootstrap_interval`). Cases are resampled with replacement *within each lesion x
   path stratum* (the benchmark's fixed design of 100 cases per lesion and path,
