@@ -67,6 +67,24 @@ READ = [
     ("On balance the lesions are similar, so option 1, although by the rule the left one is "
      "larger, so option 2.", MASKS, S, None),
     ("Answer: 2, 3", MASKS, S, None),
+    # what follows the deciding statement (found by the attacks of parser_attacks.json)
+    ("Answer: 3. On second thought, 1.", MASKS, S, None),   # changed, not restated
+    ("Answer: 3\n\nCorrection: 1.", MASKS, S, None),
+    ("No, wait, yes.", YES_NO, S, None),
+    ("Yes. No.", YES_NO, S, None),
+    ("Wrong answer: 2", MASKS, S, None),                     # not the reply's own marker
+    ("You might think the answer is 2, but it is 3.", MASKS, S, None),
+    ("Answer: 2 only if the hilum is excluded", MASKS, S, None),
+    ("Answer: 2?", MASKS, S, None),
+    ("Answer: 1\n\nOption 2 also applies.", LOCATION, M, None),
+    ("Red point - on normal lung, so no expansion.", POINTS, M, None),  # a label
+    ("The 2nd mask is wrong.", MASKS, S, None),
+    ("The answer is (1) 1st mask. The answer is (2) 2nd mask.", MASKS, S, None),
+    ("Answer: two zones", ZONES, S, (2,)),
+    ("Less than 1/3.", ("Less than 1/3 of the right lung area",
+                        "1/3 or more but less than 2/3 of the right lung area",
+                        "2/3 or more of the right lung area"), S, (1,)),
+    ("On reflection, Answer: 1", MASKS, S, (1,)),
 ]
 
 

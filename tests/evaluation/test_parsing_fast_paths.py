@@ -22,8 +22,8 @@ YES_NO = ["Yes", "No"]
     ("é\nfinal answer: 2\nmore", (2,), "ok"),
     ("Answer：2", (2,), "ok"),                       # full-width colon
     ("answer: 1 xanswer: 2", None, "unparseable"),    # 'xanswer' is no declaration
-    ("Answer: 2\nthe answers are 1", (1,), "ok"),     # the last statement wins (a change
-    ("réponse. Answer: 1\nThe answers are 2", (2,), "ok"),  # of mind), in any form
+    ("Answer: 2\nthe answers are 1", None, "unparseable"),  # two answers, no change of mind
+    ("réponse. Answer: 1\nSo the answers are 2", (2,), "ok"),  # a conclusion: the later wins
     ("ſome text\nthe answer is (2).", (2,), "ok"),
     ("Final answer: 1 ... Answer:2", (2,), "ok"),     # the last declaration wins
     ("2 zones\n" + "reasoning " * 200 + "\nAnswer: 1", (1,), "ok"),

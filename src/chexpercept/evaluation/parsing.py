@@ -46,7 +46,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chexpercept.evaluation.answer_grammar import READ, option_forms, read_list, read_statement
+from chexpercept.evaluation.answer_grammar import READ, option_forms, read_list
+from chexpercept.evaluation.answer_statements import read_statement
 from utils.status import Status
 
 #: Parse statuses (``utils.status.Status``); anything but ``ok`` scores as wrong.
@@ -381,6 +382,8 @@ def parse_answer(raw: str | None, *, num_options: int, multi_select: bool = Fals
         return _missing(decision.detail)
     if cut_off and _DANGLING.fullmatch(final[decision.end:]):
         return _missing("the answer is cut off after its list")  # "Answer: 2, but"
+    if unclosed:  # "Answer: 1 <think> hmm, actually ...": reasoning reopened, never closed
+        return _missing("a reasoning block opens after the answer and never closes")
     indices = decision.indices
     chosen = sorted(set(indices))
     out_of_range = [i for i in chosen if not 1 <= i <= num_options]
