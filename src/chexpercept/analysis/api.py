@@ -226,8 +226,8 @@ class ComparisonResult:
 
 
 def _compare_cell(key: str, value: object) -> object:
-    """CSV text of one comparison cell (p-values with 6 significant digits)."""
-    if key == "p_value" and isinstance(value, float) and not math.isnan(value):
+    """CSV text of one comparison cell (raw and Holm-adjusted p-values: 6 significant digits)."""
+    if key in ("p_value", "p_holm") and isinstance(value, float) and not math.isnan(value):
         return f"{value:.6g}"
     return format_cell(value)
 

@@ -401,10 +401,10 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     lines = ["## AUROC from option probabilities (pooled over lesions)", "",
              "Score: the probability of \"Yes\" at the answer token (runs made with "
              "`--option-probs`). Detection: positive = lesion present; contour evaluation: "
-             "positive = the contour needs a major revision. AUROC with the 95% DeLong "
-             "interval (logit scale); `without probs`: answered questions without usable "
-             "probabilities (no parsed answer, none returned), left out, never scored 0. Per "
-             "lesion: `auroc.csv`.", ""]
+             "positive = the contour needs a major revision. AUROC with its 95% score-type "
+             "interval (Newcombe 2006; docs/metrics.md); `without probs`: answered questions "
+             "without usable probabilities (no parsed answer, none returned), left out, never "
+             "scored 0. Per lesion: `auroc.csv`.", ""]
     body, absent = [], []
     for a in analyses:
         if a.option_scores is None:
