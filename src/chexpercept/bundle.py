@@ -8,7 +8,8 @@ size of the case's CXR, option counts equal to the listed options and to the ren
 images, answer indices in range and consistent with the answer text and the ``true`` option,
 point options inside the working frame, no answer-revealing file names (an error for bundles
 this code wrote, a warning for the released one, docs/differences.md D25), and path
-counts (questions per path; ``sampling_summary.json`` agrees with the JSON). Images the one
+counts (questions per path; ``sampling_summary.json`` agrees with the JSON), and every path the
+bundle names stays inside it (docs/benchmark_format.md, "Paths a bundle names"). Images the one
 loader converts before a model sees them (16-bit, palette, alpha, CMYK, EXIF orientation) are
 warnings, not errors (docs/images.md, "Image loading"), as is a CXR below the minimum side or
 beyond the aspect ratio of a radiograph (docs/images.md, "Image size").
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from PIL import Image
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import read_json
 from chexpercept.images import WORK_SIZE
-from chexpercept.layouts import BenchmarkLayout
+from chexpercept.layouts import BenchmarkLayout, key_id_problem
 from chexpercept.lesions import (
     LESIONS,
     PATH_STAGES,
@@ -243,12 +244,30 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _images(problems: list[str], build: Callable[..., Path], *args: Any) -> tuple[Path, ...]:
+    """``(build(*args),)``, or ``()`` with the refusal in ``problems`` (a path out of the bundle).
+
+    ``build`` is a :class:`~chexpercept.layouts.BenchmarkLayout` image method, the one rule for
+    the paths a bundle names (docs/benchmark_format.md, "Paths a bundle names").
+    """
+    try:
+        return (build(*args),)
+    except SchemaError as exc:
+        problems.append(str(exc))
+        return ()
+
+
 def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
                problems: list[str]) -> list[_Question]:
-    """The questions a case is asked for its path, with their images (docs/benchmark_format.md)."""
+    """The questions a case is asked for its path, with their images (docs/benchmark_format.md).
+
+    An image path the bundle may not name (:meth:`chexpercept.layouts.BenchmarkLayout.case_file`)
+    goes to ``problems`` and is left out of its question's images.
+    """
     det = item.detection_qa
     out = [_Question(DETECTION, det.question, tuple(det.answer_options), det.answer,
-                     det.answer_index, False, (layout.detection_image(key_id),))]
+                     det.answer_index, False,
+                     _images(problems, layout.detection_image, key_id))]
     path = qa_path_of(item)
     if path == "lesion_free":
         return out
@@ -257,7 +276,7 @@ def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
     ev = contour.contour_eval_qa
     out.append(_Question(CONTOUR_EVAL, ev.question, tuple(ev.answer_options), ev.answer,
                          ev.answer_index, False,
-                         (layout.contour_eval_image(key_id, ev.relative_path),)))
+                         _images(problems, layout.contour_eval_image, key_id, ev.relative_path)))
     if path == "revision_required":
         missing = [name for name in (EXPANSION, CONTRACTION, REVISION_RESULT, "initial_context")
                    if getattr(contour, name) is None]
@@ -269,7 +288,8 @@ def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
             con = contour.contour_revision_qa_contraction
             res = contour.contour_revision_qa_revision_result
             assert exp is not None and con is not None and res is not None
-            for name, qa, images in ((EXPANSION, exp, (layout.points_image(key_id),)),
+            for name, qa, images in ((EXPANSION, exp,
+                                      _images(problems, layout.points_image, key_id)),
                                      (CONTRACTION, con, ())):
                 out.append(_Question(name, qa.question,
                                      tuple(point_text(o) for o in qa.answer_options),
@@ -278,7 +298,9 @@ def _questions(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout,
                 REVISION_RESULT, res.question,
                 tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)),
                 res.answer, res.answer_index, False,
-                tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options)))
+                tuple(p for i, o in enumerate(res.answer_options)
+                      for p in _images(problems, layout.option_image, key_id, o.relative_path,
+                                       i))))
     attrs = item.attribute_extraction_qa
     if attrs is not None:
         by_name = {"distribution": attrs.distribution, "location": attrs.location,
@@ -485,7 +507,10 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
                  ) -> BundleCheck:
     """Check the selected cases of a loaded bundle; collect every problem, raise nothing.
 
-    Per case: lesion prefix and ``pair_id``; the questions its path needs (revision-required:
+    Per case: the key_id is a safe folder name and every image path it names stays inside
+    the bundle, symbolic links resolved (:meth:`chexpercept.layouts.BenchmarkLayout.case_file`;
+    docs/benchmark_format.md, "Paths a bundle names"); lesion prefix and ``pair_id``; the
+    questions its path needs (revision-required:
     the three revision questions and ``initial_context``; lung-lesion positives: Stage 4;
     cardiomegaly: no Stage 4); every image of every question exists, opens (PIL ``verify``)
     and has the size of the case's CXR (``detection_qa/xray.png``; docs/benchmark_format.md,
@@ -527,6 +552,10 @@ def check_bundle(layout: BenchmarkLayout, items: Mapping[str, BenchmarkItem],
         item = items.get(key_id)
         if item is None:
             check.problems.append(f"{key_id}: not in {layout.json_path}")
+            continue
+        unsafe = key_id_problem(key_id)
+        if unsafe is not None:
+            check.problems.append(f"key_id {key_id!r} {unsafe}")
             continue
         if key_id.split("_", 1)[0] not in LESIONS:
             check.problems.append(f"{key_id}: key_id does not start with a lesion name "
@@ -617,7 +646,9 @@ def _name_problems(key_id: str, item: BenchmarkItem, layout: BenchmarkLayout, st
     contour = item.contour_qa
     res = contour.contour_revision_qa_revision_result if contour else None
     if res is not None and contour is not None and not contour.no_deformation:
-        paths += [layout.option_image(key_id, o.relative_path) for o in res.answer_options]
+        ignored: list[str] = []  # a path out of the bundle is refused by _questions
+        paths += [p for i, o in enumerate(res.answer_options)
+                  for p in _images(ignored, layout.option_image, key_id, o.relative_path, i)]
     case_dir = layout.case_dir(key_id)
     if case_dir.is_dir():
         paths += sorted(p for p in case_dir.rglob("*") if p.is_file())

@@ -2,14 +2,19 @@
 
 The on-disk layout of every stage (docs/README.md) is defined here, and each folder name's
 builder sits next to its parser (:func:`eval_run_dir` / :func:`parse_run_name`). Every CLI can
-override its roots.
+override its roots. The paths a benchmark bundle names (key_ids, ``relative_path`` fields) are
+built and checked by one rule here (:meth:`BenchmarkLayout.case_file`; docs/benchmark_format.md,
+"Paths a bundle names").
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from chexpercept.errors import SchemaError
 
 # --------------------------------------------------------------------------------------
 # Artifact paths (one function per artifact; release defaults; docs/README.md)
@@ -263,9 +268,64 @@ def option_image_name(index: int) -> str:
     return f"option_{index}.png"
 
 
+# --------------------------------------------------------------------------------------
+# The one rule for every path a bundle names (docs/benchmark_format.md, "Paths a bundle names")
+# --------------------------------------------------------------------------------------
+
+#: A key_id names one folder, ``chexpercept/<key_id>/``: an ASCII letter or digit, then up to
+#: 199 ASCII letters, digits, ``_``, ``.`` and ``-``. So it is one path component on every
+#: file system (no ``/``, ``\\``, NUL, no ``.`` or ``..``, never absolute) and fits a file
+#: name; every released and exported key_id (``<lesion>_<pair_id>``, pair ids of MIMIC-ILS
+#: studies and of the public sources' image ids) matches it (docs/benchmark_format.md,
+#: "Paths a bundle names").
+KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+
+
+def key_id_problem(key_id: object) -> str | None:
+    """Why ``key_id`` cannot name a case folder (:data:`KEY_ID_PATTERN`), or None if it can."""
+    if not isinstance(key_id, str):
+        return f"is a {type(key_id).__name__}, not a string"
+    if KEY_ID_PATTERN.fullmatch(key_id):
+        return None
+    return ("is not a safe folder name: a key_id is one path component of ASCII letters, "
+            "digits, '_', '.' and '-', starting with a letter or digit, at most 200 "
+            "characters (docs/benchmark_format.md, 'Paths a bundle names')")
+
+
+def relative_path_problem(text: object) -> str | None:
+    """Why ``text`` is not a path inside the folder it is relative to, or None if it is.
+
+    A bundle's relative path is POSIX (``/``-separated), relative (no leading ``/``, no drive
+    such as ``C:``), and each of its parts is a name other than ``.`` and ``..``, without a
+    backslash or a NUL (docs/benchmark_format.md, "Paths a bundle names").
+    """
+    if not isinstance(text, str):
+        return f"is a {type(text).__name__}, not a string"
+    why = None
+    if not text:
+        why = "is empty"
+    elif "\0" in text or "\\" in text:
+        why = "holds a NUL or a backslash"
+    elif text.startswith("/") or re.match(r"[A-Za-z]:", text):
+        why = "is absolute (or starts with a drive such as C:)"
+    elif any(part in ("", ".", "..") for part in text.split("/")):
+        why = "has an empty, '.' or '..' part (it would climb out of its folder)"
+    if why is None:
+        return None
+    return (f"{why}; a bundle names files by a relative path inside the case folder "
+            f"(docs/benchmark_format.md, 'Paths a bundle names')")
+
+
 @dataclass(frozen=True)
 class BenchmarkLayout:
-    """The exported/released benchmark: ``<root>/chexpercept.json`` + ``<root>/chexpercept/``."""
+    """The exported/released benchmark: ``<root>/chexpercept.json`` + ``<root>/chexpercept/``.
+
+    Every file of a case is built by :meth:`case_file`, the one rule for the paths a bundle
+    names (docs/benchmark_format.md, "Paths a bundle names"): the key_id is a safe name
+    (:func:`key_id_problem`), each relative path stays inside the case folder
+    (:func:`relative_path_problem`), and the file, symbolic links resolved, lies inside the
+    resolved image folder ``chexpercept/``.
+    """
 
     root: Path
 
@@ -298,24 +358,82 @@ class BenchmarkLayout:
         return self.root / "stats.csv"
 
     def case_dir(self, key_id: str) -> Path:
-        """``chexpercept/<key_id>/``."""
+        """``chexpercept/<key_id>/``.
+
+        Raises:
+            SchemaError: If ``key_id`` is not a safe folder name (:func:`key_id_problem`;
+                names the key_id and ``chexpercept.json``).
+        """
+        problem = key_id_problem(key_id)
+        if problem is not None:
+            raise SchemaError(f"key_id {key_id!r} {problem} ({self.json_path})")
         return self.images_dir / key_id
 
+    def case_file(self, key_id: str, *relative: str, field: str) -> Path:
+        """``chexpercept/<key_id>/<relative...>``: the one way to a file a bundle names.
+
+        Nothing is opened; the path is resolved (symbolic links followed, as far as it exists)
+        to check where it leads.
+
+        Args:
+            key_id: The case.
+            relative: Relative paths, joined in order (e.g. ``contour_qa`` and a question's
+                ``relative_path``); each must pass :func:`relative_path_problem`.
+            field: What names the file, for the message (e.g.
+                ``contour_qa.contour_eval_qa.relative_path``).
+
+        Returns:
+            The path as built under :attr:`images_dir` (not resolved).
+
+        Raises:
+            SchemaError: Naming the key_id, the field, the path and ``chexpercept.json``, if
+                the key_id is not a safe name, a relative path is absolute or climbs (``..``),
+                or the file resolves outside the resolved :attr:`images_dir` (a symbolic link
+                leaving the bundle).
+        """
+        case = self.case_dir(key_id)
+        for part in relative:
+            problem = relative_path_problem(part)
+            if problem is not None:
+                raise SchemaError(f"{key_id}: {field} {part!r} {problem} ({self.json_path})")
+        path = case.joinpath(*PurePosixPath(*relative).parts)
+        try:
+            resolved, inside = path.resolve(), self.images_dir.resolve()
+        except (OSError, RuntimeError) as exc:  # a symbolic-link loop (RuntimeError in 3.11)
+            raise SchemaError(f"{key_id}: {field}: {path} cannot be resolved ({exc}) "
+                              f"({self.json_path})") from None
+        if not resolved.is_relative_to(inside):
+            raise SchemaError(f"{key_id}: {field}: {path} resolves to {resolved}, outside the "
+                              f"bundle's image folder {inside} (a symbolic link out of the "
+                              f"bundle; docs/benchmark_format.md, 'Paths a bundle names') "
+                              f"({self.json_path})")
+        return path
+
     def detection_image(self, key_id: str) -> Path:
-        """``chexpercept/<key_id>/detection_qa/xray.png``."""
-        return self.case_dir(key_id) / DETECTION_IMAGE
+        """``chexpercept/<key_id>/detection_qa/xray.png`` (:meth:`case_file`'s checks)."""
+        return self.case_file(key_id, DETECTION_IMAGE, field="detection_qa image")
 
     def contour_eval_image(self, key_id: str, relative_path: str = CONTOUR_EVAL_RELPATH) -> Path:
-        """``chexpercept/<key_id>/contour_qa/<relative_path>``."""
-        return self.case_dir(key_id) / CONTOUR_QA_DIR / relative_path
+        """``chexpercept/<key_id>/contour_qa/<relative_path>`` (:meth:`case_file`'s checks)."""
+        return self.case_file(key_id, CONTOUR_QA_DIR, relative_path,
+                              field="contour_qa.contour_eval_qa.relative_path")
 
     def points_image(self, key_id: str) -> Path:
         """``chexpercept/<key_id>/contour_qa/contour_revision_qa/xray_with_mask_and_points.png``."""
-        return self.case_dir(key_id) / REVISION_DIR / POINTS_IMAGE
+        return self.case_file(key_id, REVISION_DIR, POINTS_IMAGE,
+                              field="contour_revision_qa_expansion image")
 
-    def option_image(self, key_id: str, relative_path: str) -> Path:
-        """``chexpercept/<key_id>/contour_qa/contour_revision_qa/<relative_path>``."""
-        return self.case_dir(key_id) / REVISION_DIR / relative_path
+    def option_image(self, key_id: str, relative_path: str, index: int | None = None) -> Path:
+        """``chexpercept/<key_id>/contour_qa/contour_revision_qa/<relative_path>``.
+
+        ``index`` (0-based, the option's place in ``answer_options``) is named in a message
+        (:meth:`case_file`'s checks).
+        """
+        which = f"[{index}]" if index is not None else ""
+        return self.case_file(
+            key_id, REVISION_DIR, relative_path,
+            field=f"contour_qa.contour_revision_qa_revision_result.answer_options{which}"
+                  f".relative_path")
 
 
 #: Environment variable naming the cache root (default ``~/.cache/chexpercept``).

@@ -20,12 +20,18 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import loads_json, write_json_atomic
-from chexpercept.layouts import BenchmarkLayout, parquet_digest_index_path, unpacked_bundle_dir
+from chexpercept.layouts import (
+    BenchmarkLayout,
+    key_id_problem,
+    parquet_digest_index_path,
+    relative_path_problem,
+    unpacked_bundle_dir,
+)
 from utils.deps import require
 
 logger = logging.getLogger(__name__)
@@ -49,8 +55,6 @@ OPTION_IMAGES = "option_images"
 REQUIRED_COLUMNS = ("key_id", CASE_JSON, *IMAGE_COLUMNS, OPTION_IMAGES)
 #: Cases per parquet read while unpacking (bounds memory to a few cases' images).
 READ_BATCH_CASES = 8
-
-_SAFE_KEY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def shard_name(index: int, count: int) -> str:
@@ -151,9 +155,12 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
 
     Raises:
         MissingDependencyError: If pyarrow is not installed (names the extra).
-        InputError: If ``root`` holds no shard or no row, a shard lacks a needed column, or an
-            image has no embedded bytes or an unsafe path (names the shard and the key_id).
-        SchemaError: If a ``case_json`` is not JSON or a key_id repeats (names shard and key_id).
+        InputError: If ``root`` holds no shard or no row, a shard lacks a needed column, a
+            key_id is not a safe folder name, or an image has no embedded bytes or a path
+            that is absolute or climbs (names the shard and the key_id; the one path rule,
+            docs/benchmark_format.md, "Paths a bundle names").
+        SchemaError: If a ``case_json`` is not JSON, names a ``relative_path`` that is
+            absolute or climbs (names shard, key_id and field), or a key_id repeats.
     """
     root = Path(root)
     if not parquet_files(root):
@@ -197,17 +204,21 @@ def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
     for shard, row in _rows(root):
         key_id = row["key_id"]
         where = f"{shard}, key_id {key_id!r}"
-        if not isinstance(key_id, str) or not _SAFE_KEY_ID.match(key_id):
-            raise InputError(f"{where}: not a usable key_id (expected <lesion>_<pair_id>, "
-                             f"docs/benchmark_format.md, 'Files')")
+        unsafe = key_id_problem(key_id)
+        if unsafe is not None:
+            raise InputError(f"{where}: column key_id {unsafe}")
         if key_id in items:
             raise SchemaError(f"{where}: the key_id appears twice in the dataset")
         if not isinstance(row[CASE_JSON], (str, bytes)):
             raise SchemaError(f"{where}: column {CASE_JSON} is not JSON text")
         items[key_id] = loads_json(row[CASE_JSON], f"{where}, column {CASE_JSON}")
-        case_dir = layout.case_dir(key_id)
+        outside = [f"{field} {value!r} {relative_path_problem(value)}"
+                   for field, value in _relative_paths(items[key_id], CASE_JSON)
+                   if relative_path_problem(value) is not None]
+        if outside:
+            raise SchemaError(f"{where}: " + "; ".join(outside))
         for relpath, data in _row_images(row, where):
-            target = case_dir / relpath
+            target = layout.case_file(key_id, relpath, field=f"{where}: image path")
             if target.exists():
                 raise InputError(f"{where}: two images have the path {relpath}")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +245,7 @@ def _rows(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
                 yield shard, row
 
 
-def _row_images(row: dict[str, Any], where: str) -> Iterator[tuple[PurePosixPath, bytes]]:
+def _row_images(row: dict[str, Any], where: str) -> Iterator[tuple[str, bytes]]:
     """Each embedded image of a row as ``(path relative to its case folder, bytes)``."""
     values = [row[c] for c in IMAGE_COLUMNS if row[c] is not None]
     values += list(row[OPTION_IMAGES] or ())
@@ -243,11 +254,29 @@ def _row_images(row: dict[str, Any], where: str) -> Iterator[tuple[PurePosixPath
         if not data:
             raise InputError(f"{where}: image {path!r} has no embedded bytes (a parquet "
                              f"benchmark embeds every image; docs/hf_dataset.md, 'Columns')")
-        rel = PurePosixPath(path or "")
-        if not path or rel.is_absolute() or ".." in rel.parts or "\\" in path:
-            raise InputError(f"{where}: image path {path!r} is not a path inside the case "
-                             f"folder (expected e.g. detection_qa/xray.png)")
-        yield rel, data
+        problem = relative_path_problem(path)
+        if problem is not None:
+            raise InputError(f"{where}: image path {path!r} {problem} (expected e.g. "
+                             f"detection_qa/xray.png)")
+        yield path, data
+
+
+def _relative_paths(value: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """``(field, value)`` of every ``relative_path`` key in a case's JSON, at any depth.
+
+    These are the files a case names (docs/benchmark_format.md, "JSON fields"); each must pass
+    :func:`chexpercept.layouts.relative_path_problem`.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            field = f"{where}.{key}"
+            if key == "relative_path":
+                yield field, item
+            else:
+                yield from _relative_paths(item, field)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _relative_paths(item, f"{where}[{i}]")
 
 
 __all__ = [

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,6 +28,7 @@ from pydantic import (
 )
 
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.layouts import key_id_problem, relative_path_problem
 from utils.status import ANSWER_STATUSES
 
 # ======================================================================================
@@ -103,6 +105,19 @@ def accepted_key_ids(rows: Sequence[Mapping[str, str]], path: str | Path) -> lis
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+def _inside_case_folder(text: str) -> str:
+    """``text`` if it is a relative path inside its folder, else ValueError (the one rule)."""
+    problem = relative_path_problem(text)
+    if problem is not None:
+        raise ValueError(f"{text!r} {problem}")
+    return text
+
+
+RelativePath = Annotated[str, AfterValidator(_inside_case_folder)]
+"""A file a bundle names: relative, inside its folder (docs/benchmark_format.md, "Paths a bundle
+names"; :func:`chexpercept.layouts.relative_path_problem`)."""
 
 
 Point = list[int]
@@ -211,7 +226,7 @@ class MCQuestion(_Open):
 class ContourEvalQA(MCQuestion):
     """Stage 2; ``relative_path`` is relative to ``<key_id>/contour_qa/``."""
 
-    relative_path: str
+    relative_path: RelativePath
 
 
 class PointOption(_Open):
@@ -235,7 +250,7 @@ class MaskOption(_Open):
 
     type: Literal["true", "fake"]
     masks: list[str]
-    relative_path: str
+    relative_path: RelativePath
 
 
 class RevisionResultQA(_Open):
@@ -359,15 +374,22 @@ _Model = TypeVar("_Model", bound=BaseModel)
 def _parse_keyed(model: type[_Model], data: Any, path: str | Path) -> dict[str, _Model]:
     """Validate every value of a mapping keyed by key_id; all problems in one error.
 
+    Every key must be a safe key_id (:func:`chexpercept.layouts.key_id_problem`): it names the
+    case's folders (docs/benchmark_format.md, "Paths a bundle names").
+
     Raises:
         SchemaError: If ``data`` is not a JSON object, or naming the file, each key_id and
-            field at fault.
+            field at fault (an unsafe key_id, a ``relative_path`` that is absolute or climbs).
     """
     if not isinstance(data, dict):
         raise SchemaError(f"{path}: expected a JSON object keyed by key_id")
     out: dict[str, _Model] = {}
     problems: list[str] = []
     for key_id, value in data.items():
+        unsafe = key_id_problem(key_id)
+        if unsafe is not None:
+            problems.append(f"key_id {key_id!r} {unsafe}")
+            continue
         try:
             out[key_id] = model.model_validate(value)
         except ValidationError as exc:

@@ -14,6 +14,10 @@ OWNERS = {
     "qa_path_of": "src/chexpercept/schema.py",
     "load_chexpercept_config": "src/chexpercept/config_schema.py",
     "_parse_keyed": "src/chexpercept/schema.py",
+    # the one rule for the paths a bundle names (docs/benchmark_format.md, "Paths a bundle names")
+    "KEY_ID_PATTERN": "src/chexpercept/layouts.py",
+    "key_id_problem": "src/chexpercept/layouts.py",
+    "relative_path_problem": "src/chexpercept/layouts.py",
 }
 
 

@@ -248,10 +248,16 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: BenchmarkLayout) 
     No file is opened. The stages come from the one path rule
     (:func:`chexpercept.lesions.expected_stages`): detection (all); contour evaluation (RF,
     RR); expansion, contraction and revision result (RR); the four attribute questions (RF,
-    RR, not for cardiomegaly, whose ``attribute_extraction_qa`` is null).
+    RR, not for cardiomegaly, whose ``attribute_extraction_qa`` is null). Every image path is
+    built by the bundle's one path rule
+    (:meth:`chexpercept.layouts.BenchmarkLayout.case_file`), so no request ever names a file
+    outside the bundle (docs/benchmark_format.md, "Paths a bundle names").
 
     Raises:
-        SchemaError: Naming the key_id and every question missing for its path.
+        SchemaError: Naming the key_id and every question missing for its path; or naming the
+            key_id, field and path of an image path the bundle may not name (an unsafe
+            key_id, an absolute or climbing ``relative_path``, a symbolic link out of the
+            bundle).
     """
     lesion = key_id.split("_", 1)[0]
     path = schema.qa_path_of(item, key_id)
@@ -289,7 +295,8 @@ def plan_case(key_id: str, item: schema.BenchmarkItem, layout: BenchmarkLayout) 
                                      preamble=preamble))
         turns.append(PlannedTurn(
             TURNS[4], res.question,
-            tuple(layout.option_image(key_id, o.relative_path) for o in res.answer_options),
+            tuple(layout.option_image(key_id, o.relative_path, i)
+                  for i, o in enumerate(res.answer_options)),
             res.answer_index,
             tuple(f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)),
             option_images=True))

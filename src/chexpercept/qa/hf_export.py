@@ -177,9 +177,11 @@ def case_row(key_id: str, raw: Mapping[str, Any], item: BenchmarkItem,
 
     Raises:
         InputError: If an image file is missing (names the file).
+        SchemaError: If an image path leaves the bundle (names the key_id and the path;
+            :meth:`chexpercept.layouts.BenchmarkLayout.case_file`).
     """
     def image(rel: str) -> dict[str, Any]:
-        path = layout.case_dir(key_id) / rel
+        path = layout.case_file(key_id, rel, field="image")  # the one path rule
         if not path.is_file():
             raise InputError(f"{key_id}: image {path} not found")
         return {"bytes": path.read_bytes(), "path": rel}
@@ -277,8 +279,8 @@ def export_hf_dataset(benchmark_dir: str | Path | None, out: str | Path, *,
     check.raise_for_problems(" (nothing exported)")
     sources = read_json(layout.data_sources_json) if layout.data_sources_json.is_file() else None
     keys = list(items)
-    sizes = [sum((layout.case_dir(k) / r).stat().st_size for r in case_image_relpaths(raw[k]))
-             for k in keys]
+    sizes = [sum(layout.case_file(k, r, field="image").stat().st_size
+                 for r in case_image_relpaths(raw[k])) for k in keys]
     shards = plan_shards(sizes, int(max_shard_mb * 2**20))
     report = HfExportReport(out=out, cases=len(keys), image_bytes=sum(sizes),
                             category=(sources or {}).get("category"), stats=stats_rows(items))
