@@ -111,6 +111,17 @@ def test_images_are_linked_relative_or_copied_small(viewer_runs, tmp_path):
     assert urls == {f"images/{p.name}" for p in copies}
 
 
+#: The one case of :func:`_run_showing`; its images lie in :func:`_case_folder`.
+SHOWN_KEY = "effusion_s1_negative_0"
+
+
+def _case_folder(tmp_path: Path) -> Path:
+    """``<bundle>/chexpercept/<SHOWN_KEY>/detection_qa/``: the viewer shows bundle files only."""
+    folder = tmp_path / "bench" / "chexpercept" / SHOWN_KEY / "detection_qa"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _run_showing(tmp_path: Path, images: list[Path]) -> ViewerRun:
     """A one-case run folder whose only turn was sent with ``images``."""
     run_dir = tmp_path / "run" / "oracle_none"
@@ -118,16 +129,16 @@ def _run_showing(tmp_path: Path, images: list[Path]) -> ViewerRun:
     record = {"qa_path": "lesion_free", "chat_history": [["Is there effusion?",
                                                           [str(p) for p in images], "Answer: 2"]],
               "_chat_history_idx": {"detection_qa": 0}}
-    (run_dir / "all_results.json").write_text(json.dumps({"effusion_s1_negative_0": record}))
+    (run_dir / "all_results.json").write_text(json.dumps({SHOWN_KEY: record}))
     return ViewerRun("run", "none", run_dir)
 
 
 def test_copied_images_go_through_the_one_loader(tmp_path):
     """A 16-bit CXR is rescaled (not clipped white); an EXIF-rotated JPEG is copied upright."""
-    sixteen = tmp_path / "xray16.png"
+    sixteen = _case_folder(tmp_path) / "xray16.png"
     gradient = np.linspace(1000, 4000, 48 * 32).reshape(32, 48).astype(np.uint16)
     Image.fromarray(gradient).save(sixteen)  # 12-bit data in 16: above 255 everywhere
-    rotated = tmp_path / "rotated.jpg"
+    rotated = _case_folder(tmp_path) / "rotated.jpg"
     stored = np.zeros((20, 40), np.uint8)
     stored[:8, :8] = 255  # bright block at the stored top-left
     exif = Image.Exif()
@@ -135,7 +146,7 @@ def test_copied_images_go_through_the_one_loader(tmp_path):
     Image.fromarray(stored).save(rotated, exif=exif, quality=95)
     page = write_viewer([_run_showing(tmp_path, [sixteen, rotated])], tmp_path / "out",
                         image_max_side=64)
-    shown = _chunks(page.parent, 0)["effusion_s1_negative_0"]["turns"][0]["images"]
+    shown = _chunks(page.parent, 0)[SHOWN_KEY]["turns"][0]["images"]
     copies = [page.parent / im["url"] for im in shown]
     with Image.open(copies[0]) as im:
         values = np.asarray(im.convert("L"))
@@ -148,7 +159,7 @@ def test_copied_images_go_through_the_one_loader(tmp_path):
 
 
 def test_an_unreadable_image_to_copy_names_the_file(tmp_path):
-    broken = tmp_path / "broken.png"
+    broken = _case_folder(tmp_path) / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
     with pytest.raises(InputError, match="broken.png"):
         write_viewer([_run_showing(tmp_path, [broken])], tmp_path / "out", image_max_side=64)

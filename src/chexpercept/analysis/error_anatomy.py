@@ -37,6 +37,7 @@ from chexpercept.analysis.bootstrap import wilson_interval
 from chexpercept.analysis.case_table import REVISION_KEYS, STAGE_FIELDS
 from chexpercept.errors import ChexperceptError
 from chexpercept.files import read_json
+from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import LESIONS
 from chexpercept.schema import ATTRIBUTE_KEYS
 from utils.imaging import load_image
@@ -125,16 +126,21 @@ def option_side(text: str) -> str | None:
     return sides[-1] if sides else None
 
 
-def case_facts(key_id: str, item: Mapping[str, Any], images_dir: Path) -> CaseFacts:
+def case_facts(key_id: str, item: Mapping[str, Any], layout: BenchmarkLayout) -> CaseFacts:
     """:class:`CaseFacts` of one ``chexpercept.json`` item (already validated by Stage 04).
 
     Args:
         key_id: The case.
         item: Its JSON object.
-        images_dir: ``<benchmark-dir>/chexpercept`` (the image bundle).
+        layout: The benchmark bundle (``<benchmark-dir>``); the option images are built by its
+            one path rule (:meth:`chexpercept.layouts.BenchmarkLayout.case_file`).
 
     Returns:
         The facts; fields the item lacks stay empty.
+
+    Raises:
+        SchemaError: If an option image path leaves the bundle (a symbolic link out of it;
+            names the key_id, the field and ``chexpercept.json``).
     """
     attrs = item.get("attribute_extraction_qa") or {}
     contour = item.get("contour_qa") or {}
@@ -147,9 +153,8 @@ def case_facts(key_id: str, item: Mapping[str, Any], images_dir: Path) -> CaseFa
     point_none = next((i for i, p in enumerate(points, start=1)
                        if isinstance(p, Mapping) and p.get("point") is None), None)
     masks = (contour.get("contour_revision_qa_revision_result") or {}).get("answer_options") or []
-    base = images_dir / key_id / "contour_qa" / "contour_revision_qa"
-    mask_images = tuple(str(base / str(m.get("relative_path", ""))) for m in masks
-                        if isinstance(m, Mapping))
+    mask_images = tuple(str(layout.option_image(key_id, str(m.get("relative_path", "")), i))
+                        for i, m in enumerate(masks) if isinstance(m, Mapping))
     return CaseFacts(lesion_sides, location_sides, point_none, mask_images)
 
 
@@ -165,6 +170,10 @@ def load_error_facts(benchmark_dir: str | Path | None) -> dict[str, CaseFacts] |
 
     Returns:
         key_id -> facts, or None.
+
+    Raises:
+        SchemaError: If an option image path leaves the bundle (:func:`case_facts`): a
+            benchmark that names a file outside itself is refused, not skipped.
     """
     if benchmark_dir is None:
         return None
@@ -178,8 +187,8 @@ def load_error_facts(benchmark_dir: str | Path | None) -> dict[str, CaseFacts] |
         return None
     if not isinstance(data, dict):
         return None
-    images_dir = Path(benchmark_dir) / "chexpercept"
-    return {str(k): case_facts(str(k), v, images_dir) for k, v in data.items()
+    layout = BenchmarkLayout(Path(benchmark_dir))
+    return {str(k): case_facts(str(k), v, layout) for k, v in data.items()
             if isinstance(v, Mapping)}
 
 

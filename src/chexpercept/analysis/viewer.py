@@ -16,6 +16,12 @@ action before it) and ``<run_dir>/run_manifest.json`` (model, settings, commit),
   folder, decoded by the one image loader (docs/images.md, "Image loading"); otherwise the
   pages reference the bundle's PNGs by relative path (nothing copied).
 
+Every image a ``chat_history`` names must be a file of its case's bundle folder,
+``<bundle>/chexpercept/<key_id>/...``, checked by the bundle's one path rule
+(:meth:`chexpercept.layouts.BenchmarkLayout.case_file`: no ``..``, symbolic links resolved
+inside the bundle; docs/benchmark_format.md, "Paths a bundle names"); any other path is
+refused, so neither a copy nor a link of a file outside the bundle reaches the viewer folder.
+
 The page layout and keys are in docs/viewer.md. The run's files are found and read through
 :class:`~chexpercept.run_store.RunStore`; ``records.jsonl`` is read without the store's repair
 of a torn last line (:func:`read_turn_records`), so a viewer written while Stage 03 still runs
@@ -39,8 +45,9 @@ from typing import Any
 
 from chexpercept.analysis.error_anatomy import ERROR_CLASSES
 from chexpercept.analysis.runs import RunRef
-from chexpercept.errors import InputError
+from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import write_bytes_atomic, write_text_atomic
+from chexpercept.layouts import BenchmarkLayout, key_id_problem
 from chexpercept.lesions import (
     LESIONS,
     NO_ATTRIBUTE_LESIONS,
@@ -184,42 +191,89 @@ class _Images:
 
     The runs of one benchmark name the same images, so each path is resolved once per process
     (:func:`_image_url`, cleared by :func:`prepare_viewer_dir`); ``missing`` counts this run's
-    references to missing files.
+    references to missing files. ``source`` (the run's ``all_results.json``) is named when an
+    image is refused.
     """
 
-    def __init__(self, viewer_dir: Path, max_side: int | None, benchmark_dir: Path | None):
+    def __init__(self, viewer_dir: Path, max_side: int | None, benchmark_dir: Path | None,
+                 source: Path | None = None):
         self.viewer_dir = viewer_dir
         self.max_side = max_side
         self.benchmark_dir = benchmark_dir
+        self.source = source
         self.missing = 0
 
-    def url(self, text: str) -> str | None:
-        """Relative URL of the image, or None when the file is missing."""
-        url = _image_url(text, self.benchmark_dir, self.viewer_dir, self.max_side)
+    def url(self, text: str, key_id: str) -> str | None:
+        """Relative URL of case ``key_id``'s image ``text``, or None when the file is missing.
+
+        Raises:
+            SchemaError: If ``text`` is not a file of the case's bundle folder
+                (:func:`bundle_image`; names ``all_results.json``, the key_id and the path).
+        """
+        try:
+            url = _image_url(text, key_id, self.benchmark_dir, self.viewer_dir, self.max_side)
+        except SchemaError as exc:
+            raise SchemaError(f"{self.source}: chat_history image refused: {exc}") from None
         if url is None:
             self.missing += 1
         return url
 
 
-def _resolve(text: str, benchmark_dir: Path | None) -> Path | None:
-    path = Path(text)
-    if path.is_file():
-        return path.resolve()
+def bundle_image(text: str, key_id: str, benchmark_dir: Path | None = None) -> Path | None:
+    """The bundle file an image path of ``chat_history`` names, or None when it is missing.
+
+    The path must name a file of the case's own folder, ``<bundle>/chexpercept/<key_id>/<rel>``;
+    ``<bundle>`` is read from the path itself and, when the file is not there (the bundle
+    moved), the run manifest's ``benchmark_dir``. Both go through the bundle's one path rule
+    (:meth:`chexpercept.layouts.BenchmarkLayout.case_file`; docs/benchmark_format.md, "Paths a
+    bundle names").
+
+    Args:
+        text: The path as ``chat_history`` records it.
+        key_id: The case whose dialogue names it.
+        benchmark_dir: The run manifest's ``benchmark_dir``, or None.
+
+    Returns:
+        The file, resolved; None when it exists in neither place.
+
+    Raises:
+        SchemaError: If ``key_id`` is not a safe name, ``text`` is not under
+            ``chexpercept/<key_id>/``, climbs out of it (``..``), or resolves outside the
+            bundle's image folder (a symbolic link).
+    """
+    unsafe = key_id_problem(key_id)
+    if unsafe is not None:
+        raise SchemaError(f"key_id {key_id!r} {unsafe}")
+    parts = Path(text).parts
+    at = [i for i in range(len(parts) - 1)
+          if parts[i] == "chexpercept" and parts[i + 1] == key_id]
+    if not at:
+        raise SchemaError(f"{key_id}: image {text!r} is not a file of the case's bundle folder "
+                          f"<bundle>/chexpercept/{key_id}/ (docs/benchmark_format.md, 'Paths a "
+                          f"bundle names')")
+    rel = "/".join(parts[at[-1] + 2:])
+    roots = [Path(*parts[:at[-1]])]
     if benchmark_dir is not None:  # bundle moved: retry under the manifest's folder
-        parts = path.parts
-        if "chexpercept" in parts:
-            tail = parts[len(parts) - 1 - parts[::-1].index("chexpercept"):]
-            alt = benchmark_dir.joinpath(*tail)
-            if alt.is_file():
-                return alt.resolve()
+        roots.append(benchmark_dir)
+    for root in roots:
+        path = BenchmarkLayout(root).case_file(key_id, rel, field="chat_history image")
+        if path.is_file():
+            return path.resolve()
     return None
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _image_url(text: str, benchmark_dir: Path | None, viewer_dir: Path,
+def _image_url(text: str, key_id: str, benchmark_dir: Path | None, viewer_dir: Path,
                max_side: int | None) -> str | None:
-    """URL of image ``text`` in the viewer (None: missing); copies it with ``max_side``."""
-    path = _resolve(text, benchmark_dir)
+    """URL of case ``key_id``'s image ``text`` in the viewer (None: missing), copied if asked.
+
+    With ``max_side``, a JPEG copy of at most that side is written into ``viewer/images/``.
+
+    Raises:
+        SchemaError: If the image is not a file of the case's bundle folder
+            (:func:`bundle_image`).
+    """
+    path = bundle_image(text, key_id, benchmark_dir)
     if path is None:
         return None
     if max_side:
@@ -346,7 +400,7 @@ def _case_detail(record: Mapping[str, Any], key_id: str, records: Mapping[str, A
             "stage": stage,
             "text": text,
             "prefix": prefix or None,
-            "images": [{"url": url(p), "name": basename(p)}
+            "images": [{"url": url(p, key_id), "name": basename(p)}
                        for p in map(str, entry[1] if len(entry) > 1 else ())],
             "raw": rec.get("raw", original if original is not None else shown),
             # what later requests replayed: the ground truth when the implicit oracle patched it
@@ -480,7 +534,9 @@ def write_viewer(runs: Sequence[ViewerRun | RunRef], out_dir: str | Path, *,
         InputError: If ``runs`` is empty, a run has no ``all_results.json`` or its content
             is not a JSON object keyed by key_id, or (with ``image_max_side``) an image to
             copy cannot be decoded (names the file).
-        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON.
+        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON, or a
+            ``chat_history`` image is not a file of its case's bundle folder
+            (:func:`bundle_image`).
     """
     if not runs:
         raise InputError("the viewer needs at least one run")
@@ -586,7 +642,9 @@ def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], vie
     Raises:
         InputError: If ``chunk_size < 1``, an entry is not a JSON object (names the file and
             key_id), or an image to copy cannot be decoded.
-        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON.
+        SchemaError: If a ``records.jsonl`` line other than the last is not valid JSON, or a
+            ``chat_history`` image is not a file of its case's bundle folder
+            (:func:`bundle_image`; names the file, the key_id and the path).
     """
     if chunk_size < 1:
         raise InputError(f"chunk_size must be at least 1, got {chunk_size}")
@@ -594,7 +652,7 @@ def convert_run(r: int, run: ViewerRun | RunRef, results: Mapping[str, Any], vie
         run = ViewerRun.from_ref(run)
     path = RunStore(run.run_dir).results_path
     manifest, benchmark_dir = _manifest(run.run_dir)
-    images = _Images(viewer_dir, image_max_side, benchmark_dir)
+    images = _Images(viewer_dir, image_max_side, benchmark_dir, source=path)
     records = read_turn_records(run.run_dir)
     by_case: dict[str, list[Mapping[str, Any]]] | None = None  # grouped once, when needed
     data_dir = viewer_dir / "data"
