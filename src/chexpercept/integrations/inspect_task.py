@@ -26,11 +26,12 @@ This is the only module that imports inspect_ai at its top (the extra ``[inspect
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chexpercept.errors import MissingDependencyError
+from chexpercept.errors import InputError, MissingDependencyError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, select_key_ids, validate_bundle
 from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, Dialogue, PreparedTurn
 from chexpercept.evaluation.replay import (
@@ -62,6 +63,42 @@ except ImportError as exc:  # pragma: no cover - the extra is in dev
     raise MissingDependencyError(
         f"the inspect_ai task needs the Python package 'inspect_ai', which is not installed "
         f"({exc}). Install it with: pip install -e \".[inspect]\"") from exc
+
+def resolve_benchmark_dir(benchmark_dir: str | Path) -> Path:
+    """``benchmark_dir`` as given to the task, a relative one resolved where inspect was run.
+
+    inspect runs a task file from the file's own folder (it changes the working directory to
+    ``src/chexpercept/integrations/`` before the task function is called), so a relative path
+    would be read from there. A relative ``benchmark_dir`` is resolved against the directory
+    ``inspect eval`` was started from instead: the shell's ``PWD``, which a change of directory
+    inside Python does not alter (docs/integrations.md, "inspect_ai").
+
+    Args:
+        benchmark_dir: The ``-T benchmark_dir=...`` value.
+
+    Returns:
+        An absolute path (``~`` expanded).
+
+    Raises:
+        InputError: If the path is relative and ``PWD`` is not set to an absolute folder, or
+            the resolved folder does not exist (says to give an absolute path).
+    """
+    path = Path(benchmark_dir).expanduser()
+    if path.is_absolute():
+        return path
+    invoked = os.environ.get("PWD", "")
+    hint = (f"give an absolute path, e.g. -T benchmark_dir=\"$PWD/{benchmark_dir}\" "
+            f"(inspect runs the task from {os.getcwd()})")
+    if not invoked or not Path(invoked).is_absolute() or not Path(invoked).is_dir():
+        raise InputError(f"benchmark_dir {str(benchmark_dir)!r} is relative and the folder "
+                         f"inspect was started from is unknown (PWD is not set); {hint}")
+    resolved = Path(invoked) / path
+    if not resolved.is_dir():
+        raise InputError(f"benchmark_dir {str(benchmark_dir)!r}: no folder {resolved} (a "
+                         f"relative benchmark_dir is read from the folder inspect was started "
+                         f"from, PWD={invoked}); {hint}")
+    return resolved
+
 
 class TurnFault(RuntimeError):
     """A turn got no answer (an inspect model error); the sample fails, nothing is scored."""
@@ -193,20 +230,22 @@ def chexpercept(benchmark_dir: str, oracle_setting: str = "implicit",
 
     Args:
         benchmark_dir: Folder with ``chexpercept.json`` and ``chexpercept/`` (a Stage 02
-            export, e.g. ``outputs/sample_test/chexpercept``).
+            export, e.g. ``outputs/sample_test/chexpercept``); a relative path is read from
+            the folder ``inspect eval`` was started from (:func:`resolve_benchmark_dir`).
         oracle_setting: ``none``, ``implicit`` or ``explicit`` (docs/evaluation_protocol.md,
             "Oracle settings").
         limit: Only the first ``limit`` cases in JSON order (``00_eval.py --limit``).
 
     Raises:
         ValueError: On an unknown ``oracle_setting``.
-        InputError: If the bundle's JSON or image folder is missing.
+        InputError: If the bundle's JSON or image folder is missing, or a relative
+            ``benchmark_dir`` cannot be resolved (:func:`resolve_benchmark_dir`).
         SchemaError: If a case is invalid (every problem listed, as Stage 03 does).
     """
     if oracle_setting not in ORACLE_SETTINGS:
         raise ValueError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
                          f"got {oracle_setting!r}")
-    bundle = load_bundle(benchmark_dir)
+    bundle = load_bundle(resolve_benchmark_dir(benchmark_dir))
     key_ids = select_key_ids(bundle, limit=None if limit is None else int(limit))
     cases = {case.key_id: case for case in validate_bundle(bundle, key_ids)}
     return Task(dataset=MemoryDataset([case_sample(c) for c in cases.values()],
