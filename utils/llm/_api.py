@@ -14,6 +14,7 @@ import abc
 import asyncio
 import logging
 import time
+import urllib.parse
 from collections import OrderedDict
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -33,7 +34,7 @@ from utils.llm.retry import (
     RunStopped,
     StopSignal,
 )
-from utils.llm.settings import ApiConfig
+from utils.llm.settings import ApiConfig, hide_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,9 @@ class ApiChatModel(ChatModel):
     #: Most seconds a stopped batch of :meth:`generate` waits for its requests in flight
     #: (docs/engines.md, "Faults").
     drain_s: float = DRAIN_S
+    #: Hosts of the provider's own API (each with its subdomains), reached over https: the
+    #: only endpoints ``cfg/pricing.yaml`` prices (docs/engines.md, "Endpoints").
+    own_hosts: tuple[str, ...] = ()
 
     def __init__(self, model: str, config: ApiConfig, *,
                  retry_policy: RetryPolicy | None = None) -> None:
@@ -186,6 +190,52 @@ class ApiChatModel(ChatModel):
         self.images = ImageCache(max(_IMAGE_CACHE_SIZE, IMAGES_PER_SLOT * self.concurrency),
                                  max_side=config.max_image_side,
                                  max_pixels=config.max_image_pixels)
+
+    # -- where the requests go ------------------------------------------------------------
+    def client_base_url(self) -> str | None:
+        """The base URL the SDK client resolved, credentials included; None when unknown.
+
+        A subclass reads it back from its constructed client, so an SDK environment variable
+        that redirects the client is seen (docs/engines.md, "Endpoints").
+        """
+        return None
+
+    def endpoint_url(self) -> str | None:
+        """:meth:`client_base_url` with its credentials hidden (``hide_credentials``)."""
+        url = self.client_base_url()
+        return hide_credentials(url) if url else None
+
+    def own_endpoint(self) -> bool | None:
+        """Whether the requests go to the provider's own API (:attr:`own_hosts`, https).
+
+        Returns:
+            None when the endpoint is unknown (:meth:`client_base_url` None).
+        """
+        url = self.client_base_url()
+        if not url:
+            return None
+        parts = urllib.parse.urlsplit(url)
+        host = (parts.hostname or "").lower().rstrip(".")
+        return parts.scheme == "https" and any(host == own or host.endswith("." + own)
+                                               for own in self.own_hosts)
+
+    def pricing_refusal(self) -> str | None:
+        """Why the calls are not priced: they go elsewhere than the provider's own API.
+
+        Returns:
+            None when the endpoint is the provider's own (or unknown), else the reason, naming
+            the endpoint (credentials hidden) and the provider's own hosts.
+        """
+        if self.own_endpoint() is not False:
+            return None
+        own = ", ".join(f"https://{h}" for h in self.own_hosts) or "none declared"
+        return (f"the requests go to {self.endpoint_url()}, not to the {self.provider} provider's "
+                f"own API ({own}), so cfg/pricing.yaml does not price them and the cost is NA "
+                f"(docs/engines.md, 'Endpoints')")
+
+    def runtime_info(self) -> dict[str, Any]:
+        """``endpoint``: where the requests go (:meth:`endpoint_url`; not compared on resume)."""
+        return {**super().runtime_info(), "endpoint": self.endpoint_url()}
 
     # -- subclass hooks -------------------------------------------------------------------
     @abc.abstractmethod

@@ -65,6 +65,7 @@ class AnthropicChatModel(ApiChatModel):
     example_model = "claude-sonnet-4-5"
     description = "Claude through the Anthropic Messages API"
     config_class = AnthropicConfig
+    own_hosts = ("api.anthropic.com",)
 
     def __init__(self, model: str, config: AnthropicConfig | None = None, *,
                  retry_policy: RetryPolicy | None = None, http_client: Any = None,
@@ -107,9 +108,15 @@ class AnthropicChatModel(ApiChatModel):
         return params
 
     def describe(self) -> dict[str, Any]:
-        """Manifest settings (base URL, credentials hidden; request fields, extra body; no key)."""
+        """Manifest settings (base URL, credentials hidden; request fields, extra body; no key).
+
+        ``base_url``: ``--base-url`` as given, else the endpoint ``ANTHROPIC_BASE_URL`` sent
+        the client to when it is not Anthropic's own API, else None (docs/engines.md,
+        "Endpoints").
+        """
+        redirected = self.endpoint_url() if self.own_endpoint() is False else None
         return {**super().describe(),
-                "base_url": hide_credentials(self.base_url) if self.base_url else None,
+                "base_url": hide_credentials(self.base_url) if self.base_url else redirected,
                 "params": self.params(),
                 "extra_body": self.extra_body, **self.images.describe()}
 
@@ -135,6 +142,10 @@ class AnthropicChatModel(ApiChatModel):
         if self._client is None:
             self._client = self._make_client()
         return self._client
+
+    def client_base_url(self) -> str:
+        """The client's base URL: ``--base-url``, else ``ANTHROPIC_BASE_URL``, else the SDK's."""
+        return str(self._client_sync().base_url)
 
     # -- calls ----------------------------------------------------------------------------
     def build_messages(self, request: TurnRequest) -> tuple[str | None, list[dict[str, Any]]]:

@@ -443,6 +443,25 @@ class ChatModel(abc.ABC):
         """Settings recorded in the run manifest (no secrets)."""
         return {"provider": self.provider, "model": self.model}
 
+    def endpoint_url(self) -> str | None:
+        """The URL the requests go to, credentials hidden; None (the default): none is known.
+
+        An API provider answers with what its SDK client resolved, a flag, an SDK environment
+        variable (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ...)
+        or the SDK's default (docs/engines.md, "Endpoints").
+        """
+        return None
+
+    def pricing_refusal(self) -> str | None:
+        """Why this provider's calls get no cost from ``cfg/pricing.yaml``; None: they do.
+
+        The table prices a provider's own API only: an API provider whose requests go to
+        another endpoint (a proxy, a local server, a test server) answers why (the run's cost
+        is then NA; docs/engines.md, "Endpoints"). The default, None, prices the calls by the
+        model id as the table has it.
+        """
+        return None
+
     def runtime_info(self) -> dict[str, Any]:
         """How the model runs (devices, tensor parallel size, batch size, local path).
 

@@ -103,6 +103,7 @@ class GeminiChatModel(ApiChatModel):
     description = "Gemini Developer API or Vertex AI"
     config_class = GeminiConfig
     sampling = "temperature"
+    own_hosts = ("googleapis.com",)
 
     def __init__(self, model: str, config: GeminiConfig | None = None, *,
                  retry_policy: RetryPolicy | None = None, http_client: Any = None,
@@ -172,11 +173,15 @@ class GeminiChatModel(ApiChatModel):
     def describe(self) -> dict[str, Any]:
         """Manifest settings (backend, project/location, base URL, generation config; no key).
 
-        The base URL is recorded with its credentials hidden (``hide_credentials``).
+        The base URL is recorded with its credentials hidden (``hide_credentials``):
+        ``--base-url`` as given, else the endpoint an SDK environment variable
+        (``GOOGLE_GEMINI_BASE_URL``, ``GOOGLE_VERTEX_BASE_URL``) sent the client to when it is
+        not Google's own API, else None (docs/engines.md, "Endpoints").
         """
+        redirected = self.endpoint_url() if self.own_endpoint() is False else None
         return {**super().describe(), "backend": "vertex" if self.vertex else "developer",
                 "project": self.project, "location": self.location,
-                "base_url": hide_credentials(self.base_url) if self.base_url else None,
+                "base_url": hide_credentials(self.base_url) if self.base_url else redirected,
                 "params": self.config_params(), **self.images.describe()}
 
     def prompt_limits(self) -> PromptLimits:
@@ -215,6 +220,16 @@ class GeminiChatModel(ApiChatModel):
         if self._client is None:
             self._client = self._make_client()
         return self._client
+
+    def client_base_url(self) -> str | None:
+        """The client's base URL: ``--base-url``, else an SDK environment variable, else the SDK's.
+
+        Read back from the constructed ``google.genai`` client (its resolved HTTP options);
+        None if that SDK version keeps it elsewhere.
+        """
+        api_client = getattr(self._client_sync(), "_api_client", None)
+        url = getattr(getattr(api_client, "_http_options", None), "base_url", None)
+        return str(url) if url else None
 
     # -- calls ----------------------------------------------------------------------------
     def build_contents(self, request: TurnRequest) -> tuple[str | None, list[Any]]:

@@ -245,6 +245,7 @@ class OpenAIChatModel(ApiChatModel):
     sampling = "temperature"
     _env_keys: tuple[str, ...] = ("OPENAI_API_KEY",)
     _section = "openai"
+    own_hosts: tuple[str, ...] = ("api.openai.com",)
 
     @classmethod
     def sampling_refusal(cls, model: str, options: Mapping[str, Any]) -> str | None:
@@ -352,16 +353,32 @@ class OpenAIChatModel(ApiChatModel):
         params.update(extra)
         return params
 
+    def client_base_url(self) -> str:
+        """The client's ``base_url``: ``--base-url``, else ``OPENAI_BASE_URL``, else the SDK's.
+
+        Azure's: the endpoint with the SDK's ``/openai/`` path.
+        """
+        if self._client is None:
+            self._client = self._make_client(asynchronous=False)
+        return str(self._client.base_url)
+
+    def redirected(self) -> bool:
+        """Whether the requests go to a server that is not api.openai.com without ``--base-url``.
+
+        ``OPENAI_BASE_URL`` redirects the SDK's client (docs/engines.md, "Endpoints").
+        """
+        return not self.base_url and self.own_endpoint() is False
+
     def describe(self) -> dict[str, Any]:
         """Manifest settings (no key; retries, timeout and concurrency do not change answers).
 
-        ``server`` says whether an OpenAI-compatible server (``--base-url``) answers; its
-        address is in :meth:`runtime_info`, not compared on resume, so a run resumes when the
-        same model is served at another address (the served model id is checked by
-        :meth:`preflight`).
+        ``server`` says whether an OpenAI-compatible server (``--base-url``, or
+        ``OPENAI_BASE_URL`` naming another host than api.openai.com) answers; its address is
+        in :meth:`runtime_info`, not compared on resume, so a run resumes when the same model
+        is served at another address (the served model id is checked by :meth:`preflight`).
         """
         return {**super().describe(), "api_model": self.api_model,
-                "server": "openai-compatible" if self.base_url else None,
+                "server": "openai-compatible" if self.base_url or self.redirected() else None,
                 "params": self.request_params(), "image_detail": self.image_detail,
                 **({"extra_body": dict(self.extra_body)} if self.extra_body else {}),
                 **self.images.describe()}
@@ -369,12 +386,14 @@ class OpenAIChatModel(ApiChatModel):
     def runtime_info(self) -> dict[str, Any]:
         """Where the requests go and how many at once (not compared on resume).
 
-        ``base_url``: the server address (credentials hidden), or None. ``concurrency``: the
+        ``base_url``: the server address (credentials hidden; ``--base-url``, or where
+        ``OPENAI_BASE_URL`` sent the client), or None for api.openai.com. ``concurrency``: the
         requests in flight the provider was sized for; ``concurrency_rule``: the inputs of
         :meth:`suggested_concurrency` when it was asked (no ``--concurrency``).
         """
         return {**super().runtime_info(),
-                "base_url": self.server_label if self.base_url else None,
+                "base_url": self.server_label if self.base_url else
+                self.endpoint_url() if self.redirected() else None,
                 "concurrency": self.concurrency,
                 **({"concurrency_rule": dict(self.concurrency_rule)}
                    if self.concurrency_rule is not None else {})}
@@ -535,8 +554,8 @@ class OpenAIChatModel(ApiChatModel):
                 f"asks for up to {self.max_output_tokens} new tokens (--max-new-tokens) on top "
                 f"of the prompt: lower --max-new-tokens, bound the images (--max-image-side), "
                 f"or serve the model with a longer context (vLLM --max-model-len); a different "
-                f"--max-new-tokens or image bound is a different run (add --overwrite or use "
-                f"another --output-path)")
+                f"--max-new-tokens or image bound is a different run: give it another "
+                f"--output-path (--overwrite would erase the run already there)")
 
     def _fatal_hint(self, code: int) -> str:
         if code in (401, 403):
@@ -851,6 +870,7 @@ class AzureOpenAIChatModel(OpenAIChatModel):
     provider = "azure"
     description = "Azure OpenAI deployments"
     config_class = AzureConfig
+    own_hosts = ("openai.azure.com", "cognitiveservices.azure.com", "services.ai.azure.com")
     _env_keys = ("AZURE_OPENAI_API_KEY",)
     _section = "azure"
 
@@ -868,6 +888,10 @@ class AzureOpenAIChatModel(OpenAIChatModel):
     def _server_url(self, config: OpenAIConfig) -> None:
         """None: Azure's endpoint is not an OpenAI-compatible server (no wait, no /models)."""
         return None
+
+    def redirected(self) -> bool:
+        """False: the endpoint in use is always the one recorded (``describe``'s ``endpoint``)."""
+        return False
 
     def _resolve_key(self) -> str:
         key = resolve(self._env, self._env_keys, self._keys, self._section, "api_key",

@@ -534,8 +534,14 @@ class GeminiConfig(ApiConfig):
     no_thinking: bool = option(False, boolean(), "--no-thinking")
     """Lowest thinking level for Gemini 3; ``thinking_budget`` 0 (Flash) / 128 (Pro) for
     Gemini 2.5."""
-    base_url: str | None = option(None, text())
-    """API endpoint override (tests, proxies); recorded in the manifest as given."""
+    base_url: str | None = option(None, text(), "--base-url")
+    """API endpoint (a proxy, a gateway, a test server; an http(s) URL with a host, kept as
+    given) instead of Google's, which ``GOOGLE_GEMINI_BASE_URL`` / ``GOOGLE_VERTEX_BASE_URL``
+    may also replace; recorded in the manifest. Calls to any endpoint but Google's own are not
+    priced (docs/engines.md, "Endpoints")."""
+
+    def _normalise(self) -> None:
+        check_base_url(self.base_url)  # recorded as given, as before the flag existed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -561,8 +567,14 @@ class AnthropicConfig(ApiConfig):
     sampling settings; SDK 2.x has no sampling arguments), recorded in the manifest; the fields
     this provider sets (``model``, ``messages``, ``system``, ``max_tokens``, ``thinking``,
     ``stream``) are refused."""
-    base_url: str | None = option(None, text())
-    """API endpoint override (tests, proxies); recorded in the manifest as given."""
+    base_url: str | None = option(None, text(), "--base-url")
+    """Messages API endpoint (a proxy, a gateway, a test server; an http(s) URL with a host,
+    kept as given) instead of api.anthropic.com, which ``ANTHROPIC_BASE_URL`` may also
+    replace; recorded in the manifest. Calls to any endpoint but Anthropic's own are not
+    priced (docs/engines.md, "Endpoints")."""
+
+    def _normalise(self) -> None:
+        check_base_url(self.base_url)  # recorded as given, as before the flag existed
 
 
 @dataclass(frozen=True, kw_only=True)

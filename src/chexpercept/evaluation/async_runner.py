@@ -289,7 +289,8 @@ class Scheduler:
             self.stop.set()
             raise
         if answered and state.dialogue.finished:
-            encode_results(self.session.store.results_path, (state,), self.session.settings.model)
+            encode_results(self.session.store.results_path, (state,),
+                           self.session.settings.model, priced=self.session.priced)
             self.checkpoints.case_finished()
         now = time.monotonic()
         if now - self._last_beat >= HEARTBEAT_S:

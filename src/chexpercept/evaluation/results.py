@@ -34,13 +34,17 @@ def _gt(value: int | tuple[int, ...]) -> int | list[int]:
     return list(value) if isinstance(value, tuple) else value
 
 
-def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str, Any]:
+def token_usage(model_id: str, usages: Sequence[Mapping[str, int]], *,
+                priced: bool = True) -> dict[str, Any]:
     """The ``token_usage`` block: totals over the case's calls plus ``per_call``.
 
     Args:
         model_id: Model id used for pricing (docs/evaluation_protocol.md, "Cost").
         usages: One mapping per call with ``input_tokens``, ``cached_input_tokens``,
             ``output_tokens`` and ``thinking_tokens``.
+        priced: False when the calls went elsewhere than the provider's own API
+            (``ChatModel.pricing_refusal``; docs/engines.md, "Endpoints"): every cost is then
+            None (NA).
     """
     per_call = []
     for u in usages:
@@ -51,7 +55,7 @@ def token_usage(model_id: str, usages: Sequence[Mapping[str, int]]) -> dict[str,
                          "output_tokens": usage.output_tokens,
                          "thinking_tokens": usage.thinking_tokens,
                          "total_tokens": usage.total_tokens,
-                         "cost_usd": cost_usd(model_id, usage)})
+                         "cost_usd": cost_usd(model_id, usage) if priced else None})
     keys = ("input_tokens", "cached_input_tokens", "output_tokens", "thinking_tokens",
             "total_tokens")
     costs = [c["cost_usd"] for c in per_call]
@@ -80,13 +84,14 @@ def _judge_fields(outcome: TurnOutcome) -> dict[str, Any]:
 
 
 def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
-                      model_id: str) -> dict[str, Any]:
+                      model_id: str, *, priced: bool = True) -> dict[str, Any]:
     """The ``all_results.json`` value of one finished case.
 
     Args:
         dialogue: A finished dialogue (every turn of its path answered).
         usages: Token counts of its calls, in turn order.
         model_id: Model id (``token_usage.model_id``, pricing).
+        priced: See :func:`token_usage`.
 
     Returns:
         A JSON-ready dict in the release's key order.
@@ -136,6 +141,6 @@ def build_case_result(dialogue: Dialogue, usages: Sequence[Mapping[str, int]],
             block[t.spec.sub].update(_judge_fields(o))
         out[section] = block
     out["_chat_history_idx"] = dict(dialogue.history_idx)
-    out["token_usage"] = token_usage(model_id, usages)
+    out["token_usage"] = token_usage(model_id, usages, priced=priced)
     out["chat_history"] = [list(entry) for entry in dialogue.history]
     return out

@@ -567,11 +567,13 @@ def score_completion(prepared: PreparedTurn, completion: Completion) -> tuple[Pa
     return parsed, is_correct(parsed, turn.ground_truth, multi_select=turn.multi_select)
 
 
-def encode_results(path: Path, states: Iterable[CaseState], model_id: str) -> None:
+def encode_results(path: Path, states: Iterable[CaseState], model_id: str, *,
+                   priced: bool = True) -> None:
     """Build, validate and encode the result of each finished state not encoded yet.
 
     Sets ``state.result_json``; the async runner calls it as each case finishes, so the work
-    overlaps the requests in flight instead of stalling the next checkpoint.
+    overlaps the requests in flight instead of stalling the next checkpoint. ``priced``:
+    see :func:`~chexpercept.evaluation.results.token_usage`.
 
     Raises:
         SchemaError: If a result does not validate (names ``path`` and the key_ids).
@@ -580,8 +582,9 @@ def encode_results(path: Path, states: Iterable[CaseState], model_id: str) -> No
            if s.result_json is None and s.dialogue.finished}
     if not new:
         return
-    data = to_jsonable({key_id: build_case_result(s.dialogue, s.usages, model_id)
-                           for key_id, s in new.items()})
+    data = to_jsonable({key_id: build_case_result(s.dialogue, s.usages, model_id,
+                                                  priced=priced)
+                        for key_id, s in new.items()})
     schema.parse_all_results(data, path)
     for key_id, result in data.items():
         new[key_id].result_json = encode_member(key_id, result)
@@ -614,7 +617,7 @@ def unfinished_result(state: CaseState) -> dict[str, Any]:
 
 
 def results_members(states: Iterable[CaseState], model_id: str, results_path: Path,
-                    selected: Collection[str] = ()) -> list[str]:
+                    selected: Collection[str] = (), *, priced: bool = True) -> list[str]:
     """The encoded ``all_results.json`` members of ``states``, in their order.
 
     Finished cases are built, validated and encoded once, then cached on their state
@@ -623,12 +626,13 @@ def results_members(states: Iterable[CaseState], model_id: str, results_path: Pa
     loop (benchmarks/bench_api_throughput.py). Selected cases (``selected`` key_ids) that have
     not finished become :func:`unfinished_result` entries, so the file lists every case the run
     was asked for; a run whose cases all finished has none, and its file is the release's.
+    ``priced``: see :func:`~chexpercept.evaluation.results.token_usage`.
 
     Raises:
         SchemaError: If a new case result does not validate (names the file and key_ids).
     """
     states = list(states)
-    encode_results(results_path, states, model_id)
+    encode_results(results_path, states, model_id, priced=priced)
     members = []
     for state in states:
         if state.result_json is not None:
@@ -661,6 +665,9 @@ class RunSession:
             from there (:meth:`wrap`) instead of asking the model.
         reply_cap: Characters of one reply kept (:func:`run_reply_cap`); a longer reply is
             cut before it is scored, recorded or replayed (docs/engines.md, "Reply cap").
+        priced: Whether the calls are priced from ``cfg/pricing.yaml``: False when the
+            provider's requests go elsewhere than its own API (``ChatModel.pricing_refusal``;
+            every cost is then NA; docs/engines.md, "Endpoints").
     """
 
     def __init__(self, store: RunStore, settings: EvalSettings, states: dict[str, CaseState],
@@ -670,7 +677,8 @@ class RunSession:
                  sample_states: dict[int, dict[str, CaseState]] | None = None,
                  judge: Judge | None = None,
                  kept: Mapping[str, Completion] | None = None,
-                 reply_cap: int | None = None) -> None:
+                 reply_cap: int | None = None, priced: bool = True) -> None:
+        self.priced = priced
         self.reply_cap = reply_cap if reply_cap is not None else \
             reply_cap_chars(settings.max_reply_chars, None)
         self.judge = judge
@@ -699,7 +707,7 @@ class RunSession:
             path = self.store.sample_results_path(k)
             self.store.write_sample_results(k, results_members(states.values(),
                                                                self.settings.model, path,
-                                                               selected))
+                                                               selected, priced=self.priced))
         self.dirty = False
         return sum(all(states[key_id].dialogue.finished for states in every.values())
                    for key_id in self.states)
@@ -833,6 +841,7 @@ class RunSession:
             self.judge_breaker.observe(verdict.completion)
         record = finish_turn(state, prep, completion, self.summary, self.settings.model,
                              batch_latency_s, option_probs=self.settings.option_probs,
+                             priced=self.priced,
                              judge=self.judge, task=task,
                              verdict=verdict.completion if verdict is not None else None)
         if self.settings.samples > 1:  # which sample, and its seed (Sampling)
@@ -938,11 +947,16 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
               for key_id in bundle.items if key_id in planned}
              for k, seed in enumerate(seeds)]
     states = every[0]
+    refusal = model.pricing_refusal()
+    if refusal is not None:
+        logger.warning("cost: NA: %s", refusal)
     summary = RunSummary(run_dir=store.run_dir, all_results_path=store.results_path,
                          cases_selected=len(cases),
-                         # NA from the start for a model without a price, even with no call
+                         # NA from the start for a model without a price (or whose requests go
+                         # elsewhere than its provider's own API), even with no call
                          cost_usd=0.0 if model.kind == "baseline"
-                         or lookup(settings.model) is not None else None)
+                         or (refusal is None and lookup(settings.model) is not None)
+                         else None)
     for k, sample in enumerate(every):
         for key_id, state in sample.items():
             replayed = _replay(state, by_sample.get(k, {}).get(key_id, {}))
@@ -967,7 +981,8 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
                       [sample[c.key_id] for c in cases for sample in every], summary,
                       fsync_every=fsync_every, fsync_interval_s=fsync_interval_s,
                       sample_states={k: st for k, st in enumerate(every) if k},
-                      judge=judge, kept=kept, reply_cap=run_reply_cap(settings, model))
+                      judge=judge, kept=kept, reply_cap=run_reply_cap(settings, model),
+                      priced=refusal is None)
 
 
 def _kept_replies(store: RunStore, every: Sequence[Mapping[str, CaseState]],
@@ -996,7 +1011,7 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
                 summary: RunSummary, model_id: str, batch_latency_s: float, *,
                 option_probs: bool = False, judge: Judge | None = None,
                 task: JudgeTask | None = None,
-                verdict: Completion | None = None) -> dict[str, Any]:
+                verdict: Completion | None = None, priced: bool = True) -> dict[str, Any]:
     """Score a completion, commit it to the dialogue, count it; returns the record to append.
 
     With ``option_probs`` (``--option-probs``) the record gets the turn's ``option_probs``
@@ -1008,7 +1023,8 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
     reply the judge read becomes ``judged`` with the judge's answer, scored by it (it keeps the
     parser's ``detail``); one the judge could not read stays ``unparseable``; both get the
     ``judge`` object. An audited ``ok`` reply gets ``judge_audit`` and keeps its status and
-    score.
+    score. ``priced`` False (requests sent elsewhere than the provider's own API;
+    docs/engines.md, "Endpoints") counts the call's cost as NA.
 
     Raises:
         ValueError: For a ``fault`` completion (no answer; see :func:`record_fault`), or a task
@@ -1048,7 +1064,7 @@ def finish_turn(state: CaseState, prep: PreparedTurn, completion: Completion,
     state.usages.append(dict(record["usage"]))
     summary.usage.update(input=usage.input_tokens, cached_input=usage.cached_input_tokens,
                          output=usage.output_tokens, thinking=usage.thinking_tokens)
-    summary.add_cost(cost_usd(model_id, usage))
+    summary.add_cost(cost_usd(model_id, usage) if priced else None)
     summary.turns_requested += 1
     return record
 
