@@ -224,15 +224,18 @@ class RunStore:
                                    new_name="this command has", sep=" ")
             if diffs:
                 raise ConfigError(f"{self.manifest_path}: cannot resume this run: field(s) "
-                                  f"differ: {'; '.join(diffs)}. Use --overwrite to start "
-                                  f"afresh, or another --output-path.")
+                                  f"differ: {'; '.join(diffs)}. To run this command as a new "
+                                  f"run, give it another --output-path (the run here stays as "
+                                  f"it is); --overwrite would erase this run's manifest, "
+                                  f"records and results and start afresh in {self.run_dir}.")
             logger.info("resuming the run in %s", self.run_dir)
             return True
         leftovers = [str(p) for p in outputs if p.exists()]
         if leftovers:
             raise ConfigError(f"{self.run_dir}: holds {', '.join(leftovers)} but no "
-                              f"run_manifest.json (an older or foreign run); use --overwrite to "
-                              f"start afresh, or another --output-path.")
+                              f"run_manifest.json (an older or foreign run): give this command "
+                              f"another --output-path (those files stay as they are); "
+                              f"--overwrite would erase them and start afresh here.")
         write_json_atomic(self.manifest_path, to_jsonable(dict(manifest)))
         return False
 

@@ -171,8 +171,15 @@ def test_manifest_mismatch_is_refused_and_overwrite_starts_afresh(bundle, tmp_pa
     run_dir = tmp_path / "run"
     _run(bundle, run_dir, ScriptedModel(right))
     with pytest.raises(ConfigError, match=r"field\(s\) differ: 'seed' \(run folder has 0, this "
-                                          r"command has 1\).*--overwrite"):
+                                          r"command has 1\)\. To run this command as a new run, "
+                                          r"give it another --output-path \(the run here stays as "
+                                          r"it is\); --overwrite would erase this run's"):
         _run(bundle, run_dir, ScriptedModel(right), seed=1)
+    # the option order is part of the identity too: the refusal says to give it its own folder
+    with pytest.raises(ConfigError, match=r"'option_order' \(run folder has 'release', this "
+                                          r"command has 'shuffled'\)\. To run this command as a "
+                                          r"new run, give it another --output-path"):
+        _run(bundle, run_dir, ScriptedModel(right), option_order="shuffled")
     with pytest.raises(ConfigError, match="'oracle_setting'"):
         _run(bundle, run_dir, ScriptedModel(right), oracle_setting="none")
     with pytest.raises(ConfigError, match="'provider_settings'"):
