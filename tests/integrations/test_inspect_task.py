@@ -328,3 +328,21 @@ def test_recorded_run_refuses_two_replies_to_one_turn_and_replies_to_turns_never
     assert not (tmp_path / "runs").exists()
     summary = write_recorded_run(bench, [RecordedReply(rid, "Answer: 1")], **kwargs)
     assert list(summary.unfinished) == [case.key_id]  # a dialogue cut short: unfinished
+
+
+def test_a_relative_benchmark_dir_is_read_from_where_inspect_was_started(tmp_path, monkeypatch):
+    """inspect runs the task from the task file's folder; the README's relative
+    ``-T benchmark_dir=outputs/sample_test/chexpercept`` is read from the shell's PWD
+    (tests/e2e/test_documented_commands.py runs that command as printed)."""
+    from chexpercept.integrations.inspect_task import resolve_benchmark_dir
+
+    bench = stage03_bundle.write_bundle(tmp_path / "outputs" / "bench")
+    monkeypatch.chdir(REPO / "src" / "chexpercept" / "integrations")  # where inspect runs it
+    monkeypatch.setenv("PWD", str(tmp_path))
+    assert resolve_benchmark_dir("outputs/bench") == bench
+    assert resolve_benchmark_dir(str(bench)) == bench  # absolute: as given
+    with pytest.raises(InputError, match=r"no folder .*outputs/missing.*give an absolute path"):
+        resolve_benchmark_dir("outputs/missing")
+    monkeypatch.delenv("PWD")
+    with pytest.raises(InputError, match="PWD is not set.*give an absolute path"):
+        resolve_benchmark_dir("outputs/bench")
