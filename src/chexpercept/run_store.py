@@ -35,6 +35,7 @@ from chexpercept import schema
 from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.files import (
     append_jsonl,
+    loads_json,
     read_json,
     read_jsonl,
     to_jsonable,
@@ -334,7 +335,10 @@ class RunStore:
         """The entries of ``faults.jsonl``; a line that is no JSON object is skipped (warned).
 
         The file is a log of what got no answer, not a source of truth: a bad line must not
-        stop a resume.
+        stop a resume. Every line goes through :func:`chexpercept.files.loads_json`, so a line
+        that is not JSON, is nested too deeply to parse or holds a number too long to parse,
+        or an entry without a string ``key_id`` and ``turn``, is one warning naming the file
+        and the line (its turn is asked again, as it has no record), never a traceback.
         """
         out = []
         if not self.faults_path.is_file():
@@ -342,15 +346,18 @@ class RunStore:
         for number, line in enumerate(self.faults_path.read_text(encoding="utf-8",
                                                                  errors="replace")
                                       .splitlines(), 1):
-            try:
-                entry = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                entry = "?"
-            if entry is None:
+            if not line.strip():
                 continue
-            if not isinstance(entry, dict):
-                logger.warning("%s: line %d is not a fault entry; skipped", self.faults_path,
-                               number)
+            try:
+                entry = loads_json(line, f"{self.faults_path}, line {number}")
+            except SchemaError as exc:
+                logger.warning("%s; the line is skipped (faults.jsonl is a log, not a source of "
+                               "truth)", exc)
+                continue
+            if not isinstance(entry, dict) or not all(
+                    isinstance(entry.get(k), str) for k in ("key_id", "turn")):
+                logger.warning("%s: line %d is not a fault entry (a JSON object with string "
+                               "key_id and turn); skipped", self.faults_path, number)
                 continue
             out.append(entry)
         return out

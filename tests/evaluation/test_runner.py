@@ -356,6 +356,14 @@ def test_a_torn_or_garbled_faults_log_never_blocks_a_resume(bundle, tmp_path, ca
     _run(bundle, run_dir, ScriptedModel(_fault_on(faulty)))  # faults again: a new line
     lines = faults.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2 and all(json.loads(x)["request_id"] == faulty for x in lines)
-    faults.write_text(lines[0] + "\nnot json\n[1, 2]\n" + lines[1] + "\n", encoding="utf-8")
+    hostile = ["not json", "[1, 2]", "[" * 200_000 + "]" * 200_000,  # nested past the parser
+               '{"key_id": "a", "turn": "b", "n": ' + "9" * 5000 + "}",  # too long a number
+               '{"key_id": "a", "turn": []}']  # a turn that is no name
+    faults.write_text("\n".join([lines[0], *hostile, lines[1]]) + "\n", encoding="utf-8")
     summary = _run(bundle, run_dir, ScriptedModel(right))  # the log is not a source of truth
-    assert summary.unfinished == {} and "line 2 is not a fault entry" in caplog.text
+    assert summary.unfinished == {}
+    assert f"{faults}, line 2: not valid JSON" in caplog.text
+    assert "line 3 is not a fault entry" in caplog.text
+    assert f"{faults}, line 4: not usable JSON: arrays or objects nested" in caplog.text
+    assert f"{faults}, line 5: not usable JSON" in caplog.text
+    assert "line 6 is not a fault entry" in caplog.text
