@@ -275,11 +275,19 @@ def _at_item_end(s: str, pos: int) -> bool:
             or s[pos:pos + 1] in ("", ")", "]", *_QUOTES, "”", "’"))
 
 
+_BECAUSE = re.compile(r"[ \t]+(?:because|since|as|due|given)\b")
+#: A label after a closed bracket when no option texts are known (``(2) No``).
+_LABEL = re.compile(r"[A-Za-z][A-Za-z ]{0,40}?(?=$|[\n.,;:!?)(\]]|\s[-–—]\s)")
+_NUMBER_AFTER = re.compile(r"[ \t]+[(\[]?\d")
+_ADDING_CLAUSE = re.compile(r"(?:plus|along\s+with|together\s+with|as\s+well\s+as)\b", re.I)
+_AND = re.compile(r"and\b", re.I)
+
+
 def _listy_end(s: str, pos: int) -> bool:
     """Whether a list may go on or end at ``pos`` (punctuation, separator, bracket, end)."""
     return (PUNCT_BOUNDARY.match(s, pos) is not None or _SEPARATOR.match(s, pos) is not None
             or _HEDGE_SEPARATOR.match(s, pos) is not None
-            or re.compile(r"[ \t]+(?:because|since|as|due|given)\b").match(s, pos) is not None
+            or _BECAUSE.match(s, pos) is not None
             or s[pos:pos + 1] in ("", ")", "]", *_QUOTES, "”", "’"))
 
 
@@ -350,7 +358,7 @@ def _echo(s: str, item: Item, forms: OptionForms) -> Item:
             return Item(item.index, text[1], UNREADABLE)
     elif item.bracketed and lead is not None:
         # no option texts known: a label after a closed bracket is an echo (``(2) No``)
-        m = re.compile(r"[A-Za-z][A-Za-z ]{0,40}?(?=$|[\n.,;:!?)(\]]|\s[-–—]\s)").match(s, at)
+        m = _LABEL.match(s, at)
         if m:
             return Item(item.index, m.end(), bracketed=True)
     return item
@@ -529,11 +537,10 @@ def _after_list(s: str, pos: int, indices: tuple[int, ...], forms: OptionForms) 
     clause = s[after:clause_end.start() if clause_end else len(s)]
     sentence_end = boundary is not None and boundary.group().strip()[:1] in (".", "!", "?")
     echoed = match_text(s, after, forms) if forms.patterns and not sentence_end else None
-    if echoed is not None and re.match(r"[ \t]+[(\[]?\d", s[echoed[1]:]):
+    if echoed is not None and _NUMBER_AFTER.match(s, echoed[1]):
         return ListReading(UNREADABLE, end=end)  # "1 - Yes 0"
-    if not sentence_end and (re.match(r"(?:plus|along\s+with|together\s+with|as\s+well\s+as)\b",
-                                      clause, re.I) or (re.match(r"and\b", clause, re.I)
-                                                         and TOO.search(clause))):
+    if not sentence_end and (_ADDING_CLAUSE.match(clause) or (_AND.match(clause)
+                                                               and TOO.search(clause))):
         return ListReading(UNREADABLE, end=end)  # "2 zones, plus the left lower zone"
     if not sentence_end and _CLAUSE_HEDGE.search(clause):
         return ListReading(HEDGE, end=end)  # "1, 0/1 (or 2)", "2 - or possibly 3"

@@ -288,8 +288,8 @@ def _after_problem(text: str, last: Statement, weak: list[Statement], forms: Opt
             return "a later sentence states another answer"
     for m in _SENTENCE_START.finditer(after):
         text_form = match_text(after, m.end(), forms) if forms.patterns else None
-        if text_form is not None and text_form[0] not in chosen and re.search(
-                r"\s(?:is|are)\s", after[m.end():text_form[1]]):
+        if text_form is not None and text_form[0] not in chosen and _WITH_VERB.search(
+                after, m.end(), text_form[1]):
             return "a later sentence states another option"  # comparison options are clauses
     if last.tier < 2 and _EVALUATIVE.search(after):
         return "a later sentence judges the option named"
@@ -352,13 +352,21 @@ def _strong_statements(text: str, forms: OptionForms) -> list[Statement]:
     return out
 
 
+_ENDS_THE = re.compile(r"\bthe\s*$", re.IGNORECASE)
+_OTHER_ANSWER = re.compile(r"\b(?:possible|wrong|incorrect|false|draft|candidate|other)\b",
+                           re.IGNORECASE)
+_OPEN_SINGLE_QUOTE = re.compile(r"(?:^|\s)'[^']*$")
+_CLAUSE_FLAW = re.compile(r"\b(?:except|but|apart\s+from|other\s+than|besides|among\s+the\s+"
+                          r"rest|of\s+the\s+(?:others|rest|remaining)|second|next)\b", re.I)
+_WITH_VERB = re.compile(r"\s(?:is|are)\s")
+
+
 def _own_marker(prefix: str) -> bool:
     """Whether ``Answer:`` after ``prefix`` (its sentence so far) is the reply's own."""
     if _STRONG_PREFIX.fullmatch(prefix) or _CHANGE_PREFIX.fullmatch(prefix):
         return True
-    return re.search(r"\bthe\s*$", prefix, re.IGNORECASE) is not None and not (
-        _NOT_OWN.search(prefix) or re.search(r"\b(?:possible|wrong|incorrect|false|draft|"
-                                             r"candidate|other)\b", prefix, re.IGNORECASE))
+    return _ENDS_THE.search(prefix) is not None and not (
+        _NOT_OWN.search(prefix) or _OTHER_ANSWER.search(prefix))
 
 
 def _phrase_statements(text: str, forms: OptionForms) -> list[Statement]:
@@ -418,7 +426,8 @@ def _sentence_statements(text: str, forms: OptionForms, verbs: frozenset[str],
     strong, weak = [], []
     starts = {m.end(): True for m in _SENTENCE_START.finditer(text)}
     for m in _CLAUSE_START.finditer(text):
-        starts.setdefault(m.end(), False)
+        if forms.start.match(text, m.end()):
+            starts.setdefault(m.end(), False)
     for pos in sorted(starts):
         if pos >= len(text) or (text.rfind("\n", 0, pos) + 1) in echoes:
             continue
@@ -432,9 +441,7 @@ def _sentence_statements(text: str, forms: OptionForms, verbs: frozenset[str],
                 need.group("verb").lower().startswith(v) for v in verbs) else None
         if commit is not None and reading.kind in (READ, TRAILING):
             rest = text[commit.end():_sentence_end(text, commit.end())]
-            if commit.group("also") or TOO.search(rest) or re.search(
-                    r"\b(?:except|but|apart\s+from|other\s+than|besides|among\s+the\s+rest|"
-                    r"of\s+the\s+(?:others|rest|remaining)|second|next)\b", rest, re.I):
+            if commit.group("also") or TOO.search(rest) or _CLAUSE_FLAW.search(rest):
                 reading = ListReading(UNREADABLE, end=commit.end())
             else:
                 reading = ListReading(READ, reading.indices, reading.end, reading.boundary)
@@ -558,7 +565,7 @@ def _in_quotes(text: str, pos: int) -> bool:
     start = text.rfind("\n", 0, pos) + 1
     before = text[start:pos]
     return (before.count('"') % 2 == 1) or before.count("“") > before.count("”") \
-        or re.search(r"(?:^|\s)'[^']*$", before) is not None
+        or _OPEN_SINGLE_QUOTE.search(before) is not None
 
 
 def _sentence_before(text: str, pos: int) -> str:
