@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,27 @@ OPTION_IMAGES = "option_images"
 REQUIRED_COLUMNS = ("key_id", CASE_JSON, *IMAGE_COLUMNS, OPTION_IMAGES)
 #: Cases per parquet read while unpacking (bounds memory to a few cases' images).
 READ_BATCH_CASES = 8
+#: Most bytes of one embedded image (docs/hf_dataset.md, "Size bounds"): above an uncompressed
+#: 4096 x 4096 RGB radiograph (48 MiB); a bundle's images are 1024 x 1024 PNGs of a few MiB.
+MAX_IMAGE_BYTES = 64 * 2**20
+#: Most bytes of one row's columns that are read (``key_id``, ``case_json`` and the images;
+#: docs/hf_dataset.md, "Size bounds"): a case holds at most 7 images.
+MAX_ROW_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class SizeBounds:
+    """What one row of a parquet benchmark may hold (docs/hf_dataset.md, "Size bounds").
+
+    Attributes:
+        max_image_bytes: Most bytes of one embedded image (default :data:`MAX_IMAGE_BYTES`).
+        max_row_bytes: Most bytes of the columns read of one row (default
+            :data:`MAX_ROW_BYTES`); a row group whose columns hold more than this times its
+            rows is refused from the file's metadata, before any value is read.
+    """
+
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    max_row_bytes: int = MAX_ROW_BYTES
 
 
 def shard_name(index: int, count: int) -> str:
@@ -133,7 +155,7 @@ def dataset_digest(root: str | Path) -> str:
     return _DIGESTS[key]
 
 
-def unpack_parquet_bundle(root: str | Path) -> Path:
+def unpack_parquet_bundle(root: str | Path, bounds: SizeBounds = SizeBounds()) -> Path:
     """The folder form of a parquet dataset, written once into the cache and reused.
 
     Each row's ``case_json`` becomes its ``chexpercept.json`` value (rows in shard-path order,
@@ -148,6 +170,9 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
     Args:
         root: The dataset folder (shards under ``data/``, as written by Stage 02 or by
             ``datasets``' ``push_to_hub``).
+        bounds: What one row may hold (:class:`SizeBounds`; docs/hf_dataset.md, "Size
+            bounds"): a row group above them is refused from the shard's metadata before its
+            values are read, a row or an image above them before anything of it is written.
 
     Returns:
         The folder bundle (``chexpercept.json`` + ``chexpercept/``) in the cache
@@ -156,9 +181,10 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
     Raises:
         MissingDependencyError: If pyarrow is not installed (names the extra).
         InputError: If ``root`` holds no shard or no row, a shard lacks a needed column, a
-            key_id is not a safe folder name, or an image has no embedded bytes or a path
+            key_id is not a safe folder name, an image has no embedded bytes or a path
             that is absolute or climbs (names the shard and the key_id; the one path rule,
-            docs/benchmark_format.md, "Paths a bundle names").
+            docs/benchmark_format.md, "Paths a bundle names"), or a row group, a row or an
+            image is larger than ``bounds`` (names the shard, the row and the key_id).
         SchemaError: If a ``case_json`` is not JSON, names a ``relative_path`` that is
             absolute or climbs (names shard, key_id and field), or a key_id repeats.
     """
@@ -173,7 +199,7 @@ def unpack_parquet_bundle(root: str | Path) -> Path:
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        items = _unpack_rows(root, BenchmarkLayout(tmp))
+        items = _unpack_rows(root, BenchmarkLayout(tmp), bounds)
         if not items:  # else the unpacked copy is an empty bundle, refused later as a folder
             raise InputError(f"{root}: the parquet shards hold no case (0 rows); re-export "
                              f"it with 03_export_hf_dataset.py")
@@ -198,12 +224,16 @@ def _move_into_place(tmp: Path, dest: Path) -> None:
             raise
 
 
-def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
-    """Write every row's images under ``layout`` and return the cases (key_id -> value)."""
+def _unpack_rows(root: Path, layout: BenchmarkLayout, bounds: SizeBounds) -> dict[str, Any]:
+    """Write every row's images under ``layout`` and return the cases (key_id -> value).
+
+    Raises:
+        InputError, SchemaError: As :func:`unpack_parquet_bundle`.
+    """
     items: dict[str, Any] = {}
-    for shard, row in _rows(root):
+    for shard, number, row in _rows(root, bounds):
         key_id = row["key_id"]
-        where = f"{shard}, key_id {key_id!r}"
+        where = f"{shard}, row {number}, key_id {key_id!r}"
         unsafe = key_id_problem(key_id)
         if unsafe is not None:
             raise InputError(f"{where}: column key_id {unsafe}")
@@ -211,13 +241,15 @@ def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
             raise SchemaError(f"{where}: the key_id appears twice in the dataset")
         if not isinstance(row[CASE_JSON], (str, bytes)):
             raise SchemaError(f"{where}: column {CASE_JSON} is not JSON text")
+        images = list(_row_images(row, where))
+        _check_row_size(row, images, where, bounds)  # before its JSON is parsed
         items[key_id] = loads_json(row[CASE_JSON], f"{where}, column {CASE_JSON}")
         outside = [f"{field} {value!r} {relative_path_problem(value)}"
                    for field, value in _relative_paths(items[key_id], CASE_JSON)
                    if relative_path_problem(value) is not None]
         if outside:
             raise SchemaError(f"{where}: " + "; ".join(outside))
-        for relpath, data in _row_images(row, where):
+        for relpath, data in images:
             target = layout.case_file(key_id, relpath, field=f"{where}: image path")
             if target.exists():
                 raise InputError(f"{where}: two images have the path {relpath}")
@@ -226,8 +258,73 @@ def _unpack_rows(root: Path, layout: BenchmarkLayout) -> dict[str, Any]:
     return items
 
 
-def _rows(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """``(shard, row)`` of every row, shards in path order, reading a few cases at a time."""
+def _check_row_size(row: dict[str, Any], images: list[tuple[str, bytes]], where: str,
+                    bounds: SizeBounds) -> None:
+    """Refuse a row whose image or whose read columns are larger than ``bounds``.
+
+    Raises:
+        InputError: Naming ``where`` (shard, row, key_id), the image or the row's size and the
+            bound (docs/hf_dataset.md, "Size bounds").
+    """
+    for relpath, data in images:
+        if len(data) > bounds.max_image_bytes:
+            raise InputError(f"{where}: image {relpath!r} is {len(data)} bytes, more than the "
+                             f"{bounds.max_image_bytes} bytes an image may hold "
+                             f"(docs/hf_dataset.md, 'Size bounds'); nothing is left in the cache")
+    case_json = row[CASE_JSON]
+    total = (sum(len(data) for _, data in images) + len(row["key_id"])
+             + len(case_json.encode() if isinstance(case_json, str) else case_json))
+    if total > bounds.max_row_bytes:
+        raise InputError(f"{where}: the row holds {total} bytes (case_json and images), more "
+                         f"than the {bounds.max_row_bytes} bytes a row may hold "
+                         f"(docs/hf_dataset.md, 'Size bounds'); nothing is left in the cache")
+
+
+def _group_bytes(group: Any) -> int:
+    """Uncompressed bytes of the columns read (:data:`REQUIRED_COLUMNS`) in a row group."""
+    return sum(group.column(j).total_uncompressed_size for j in range(group.num_columns)
+               if group.column(j).path_in_schema.split(".")[0] in REQUIRED_COLUMNS)
+
+
+def _check_group_size(source: Any, shard: Path, index: int, first_row: int,
+                      bounds: SizeBounds) -> None:
+    """Refuse a row group larger than ``bounds`` allow its rows, from the metadata alone.
+
+    A row group whose read columns hold more than ``max_row_bytes`` times its rows has a row
+    above the bound; its values are not read. The message names the shard, the rows and their
+    key_ids (the ``key_id`` column alone is read, when it is small enough).
+
+    Raises:
+        InputError: For such a row group (docs/hf_dataset.md, "Size bounds").
+    """
+    group = source.metadata.row_group(index)
+    size, rows = _group_bytes(group), group.num_rows
+    if size <= bounds.max_row_bytes * max(rows, 1):
+        return
+    key_column = next(j for j in range(group.num_columns)
+                      if group.column(j).path_in_schema == "key_id")
+    key_ids: list[Any] = []
+    if group.column(key_column).total_uncompressed_size <= 1024 * max(rows, 1):
+        key_ids = source.read_row_group(index, columns=["key_id"]).column(0).to_pylist()
+    last = first_row + rows - 1
+    which = f"row {first_row}" if rows == 1 else f"rows {first_row}-{last}"
+    named = (f", key_id {key_ids[0]!r}" if len(key_ids) == 1 else
+             f", key_ids {key_ids[:5]!r}{' ...' if len(key_ids) > 5 else ''}" if key_ids else "")
+    raise InputError(f"{shard}, {which}{named}: row group {index} holds {size} bytes in the "
+                     f"columns read, more than the {bounds.max_row_bytes} bytes a row may hold "
+                     f"x {rows} row(s) (docs/hf_dataset.md, 'Size bounds'); its values were "
+                     f"not read and nothing is left in the cache")
+
+
+def _rows(root: Path, bounds: SizeBounds) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    """``(shard, row number in the shard, row)`` of every row, a few cases at a time.
+
+    Shards in path order; each row group's size is checked from the metadata before it is read
+    (:func:`_check_group_size`).
+
+    Raises:
+        InputError: For an unreadable shard, a missing column or a row group above ``bounds``.
+    """
     pq = require("pyarrow.parquet", "hf-dataset", "reading a parquet benchmark")
     for shard in parquet_files(root):
         try:
@@ -239,10 +336,14 @@ def _rows(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             raise InputError(f"{shard}: missing column(s) {missing}; a parquet benchmark has "
                              f"the columns of docs/hf_dataset.md, 'Columns' (re-export it with "
                              f"03_export_hf_dataset.py)")
-        for batch in source.iter_batches(batch_size=READ_BATCH_CASES,
-                                         columns=list(REQUIRED_COLUMNS)):
-            for row in batch.to_pylist():
-                yield shard, row
+        number = 0
+        for index in range(source.metadata.num_row_groups):
+            _check_group_size(source, shard, index, number, bounds)
+            for batch in source.iter_batches(batch_size=READ_BATCH_CASES, row_groups=[index],
+                                             columns=list(REQUIRED_COLUMNS)):
+                for row in batch.to_pylist():
+                    yield shard, number, row
+                    number += 1
 
 
 def _row_images(row: dict[str, Any], where: str) -> Iterator[tuple[str, bytes]]:
@@ -286,8 +387,11 @@ __all__ = [
     "OPTION_IMAGES",
     "PARQUET_FORMAT",
     "REQUIRED_COLUMNS",
+    "MAX_IMAGE_BYTES",
+    "MAX_ROW_BYTES",
     "SIDECAR_FILES",
     "SPLIT",
+    "SizeBounds",
     "dataset_digest",
     "is_parquet_bundle",
     "parquet_files",
