@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 import time
@@ -43,28 +42,6 @@ def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    """Argparse type: a finite number of seconds > 0."""
-    return _seconds(text, allow_zero=False)
-
-
-def non_negative_seconds(text: str) -> float:
-    """Argparse type: a finite number of seconds >= 0."""
-    return _seconds(text, allow_zero=True)
-
-
-def _seconds(text: str, *, allow_zero: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds {bound}, "
-                                         f"got {text!r}")
     return value
 
 

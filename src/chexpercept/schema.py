@@ -15,7 +15,7 @@ Models that read released files allow extra fields (the release has optional ext
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -27,7 +27,7 @@ from pydantic import (
     ValidationError,
 )
 
-from chexpercept.errors import InputError, SchemaError
+from chexpercept.errors import SchemaError
 from chexpercept.layouts import key_id_problem, relative_path_problem
 from utils.status import ANSWER_STATUSES
 
@@ -475,8 +475,3 @@ ATTRIBUTE_DETAIL_COLUMNS = ("path", "model", "acc(distribution)", "acc(location)
                             "acc(severity/measurement)", "acc(comparison)")
 
 
-def require_keys(mapping: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
-    """Raise one InputError listing every key of ``keys`` missing from ``mapping``."""
-    missing = [k for k in keys if k not in mapping]
-    if missing:
-        raise InputError(f"{where}: missing key(s) {missing}")

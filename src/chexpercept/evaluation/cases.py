@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +103,6 @@ class PlannedTurn:
     def num_options(self) -> int:
         """Number of answer options."""
         return len(self.option_texts)
-
-    @property
-    def ground_truth_set(self) -> frozenset[int]:
-        """Ground truth as a set of 1-based indices (one element for single choice)."""
-        gt = self.ground_truth
-        return frozenset(gt) if isinstance(gt, tuple) else frozenset({gt})
 
     def displayed(self, original: int) -> int:
         """The displayed 1-based position of ORIGINAL option ``original``."""
@@ -360,7 +354,3 @@ def plan_cases(bundle: Bundle, key_ids: Sequence[str]) -> list[EvalCase]:
         raise SchemaError("cannot plan case(s):\n  " + "\n  ".join(problems))
     return cases
 
-
-def benchmark_order(bundle: Bundle) -> Mapping[str, int]:
-    """Position of every key_id in the JSON (the key order of ``all_results.json``)."""
-    return {key_id: i for i, key_id in enumerate(bundle.items)}
