@@ -35,6 +35,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+
+
+def _doc(name: str) -> str:
+    """The repository path of docs page ``name`` (as ``Block.doc`` holds it)."""
+    return f"docs/{name}.md"
 #: A block is a documented command when it invokes one of these.
 INVOKES = re.compile(r"inspect eval|lmms[-_]eval|\b00_eval\.py|04_analyze|02_validate_bundle\.py"
                      r"|\b0[23]_import_")
@@ -144,7 +149,7 @@ RUNS: dict[tuple[str, str], Run] = {
         servers={"port": "loopback-vlm"},
         expect=("logs/*.eval", "src/03_eval_vlm_on_chexpercept/outputs/"
                 "inspect_openai-api--local--loopback-vlm/oracle_implicit/all_results.json")),
-    ("docs/integrations.md", "export LOCAL_API_KEY=EMPTY    # or the server's key"): Run(
+    (_doc("integrations"), "export LOCAL_API_KEY=EMPTY    # or the server's key"): Run(
         substitutions=(("NAME", "loopback-vlm"), ("PORT", "{port}")),
         servers={"port": "loopback-vlm"}, expect=("logs/*.eval",)),
     # Stage 04's synopsis: every run of a results folder, all-models mode
@@ -159,7 +164,7 @@ RUNS: dict[tuple[str, str], Run] = {
         expect=("src/04_analyze_eval_result/all_models_oracle_none/report.md",
                 "src/04_analyze_eval_result/all_models_oracle_none/viewer/index.html")),
     # Stage 03 against an OpenAI-compatible server (the server itself: SKIPPED_LINES)
-    ("docs/engines.md", "python -m vllm.entrypoints.openai.api_server --model /models/Qwen3-VL-8B"
+    (_doc("engines"), "python -m vllm.entrypoints.openai.api_server --model /models/Qwen3-VL-8B"
                         " \\"): Run(
         substitutions=(("python -m vllm.entrypoints.openai.api_server --model "
                         "/models/Qwen3-VL-8B \\\n    --served-model-name qwen3-vl --host "
@@ -170,17 +175,17 @@ RUNS: dict[tuple[str, str], Run] = {
         expect=("src/03_eval_vlm_on_chexpercept/outputs/openai_qwen3-vl/oracle_implicit/"
                 "all_results.json",)),
     # the parquet export, and Stage 03 on it
-    ("docs/hf_dataset.md", "python src/02_qa_generation/03_export_hf_dataset.py --benchmark-dir "
+    (_doc("hf_dataset"), "python src/02_qa_generation/03_export_hf_dataset.py --benchmark-dir "
                            "data/chexpercept --out outputs/hf/chexpercept"): Run(
         expect=("outputs/hf/chexpercept/data/*.parquet",
                 "src/03_eval_vlm_on_chexpercept/outputs/random_*/oracle_implicit/"
                 "all_results.json")),
     # the viewer: from Stage 04's defaults, and for any runs
-    ("docs/viewer.md", "python src/04_analyze_eval_result/01_analyze_model_performance.py "
+    (_doc("viewer"), "python src/04_analyze_eval_result/01_analyze_model_performance.py "
                        "--oracle_setting implicit"): Run(
         fixture_runs=("src/03_eval_vlm_on_chexpercept/outputs", ("implicit",)),
         expect=("src/04_analyze_eval_result/all_models_oracle_implicit/viewer/index.html",)),
-    ("docs/viewer.md", "python src/04_analyze_eval_result/03_view_cases.py \\"): Run(
+    (_doc("viewer"), "python src/04_analyze_eval_result/03_view_cases.py \\"): Run(
         substitutions=(("RESULTS/openai_gpt-5.4/oracle_implicit",
                         "{runs}/dummy_baseline/oracle_implicit"),
                        ("RESULTS/gemini_gemini-3.1-pro/oracle_implicit",
@@ -191,7 +196,7 @@ RUNS: dict[tuple[str, str], Run] = {
 }
 #: Lines of a run block that are not run, and why (they are left out by its substitutions).
 SKIPPED_LINES = {
-    ("docs/engines.md", "python -m vllm.entrypoints.openai.api_server"):
+    (_doc("engines"), "python -m vllm.entrypoints.openai.api_server"):
         "a vLLM server needs a GPU and the Qwen3-VL-8B weights; a loopback OpenAI-compatible "
         "server serving 'qwen3-vl' stands in for it",
 }
@@ -204,14 +209,14 @@ SKIPPED: dict[tuple[str, str], str] = {
         "tests/integrations/test_lmms_eval_task.py::"
         "test_readme_command_through_the_lmms_eval_cli_then_the_converter runs both commands "
         "with a stand-in model class plugged into lmms-eval's CLI",
-    ("docs/integrations.md", "export CHEXPERCEPT_BENCHMARK_DIR=outputs/sample_test/chexpercept"
+    (_doc("integrations"), "export CHEXPERCEPT_BENCHMARK_DIR=outputs/sample_test/chexpercept"
                              "   # a bundle folder or its parquet export"):
         _LMMS + " (the same command as the README's, see above)",
-    ("docs/parsing.md", "python src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "
+    (_doc("parsing"), "python src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "
                         "data/chexpercept \\"):
         "run as printed by tests/llm/test_judge_end_to_end.py against two loopback servers, "
         "with the judge's own checks (not run twice)",
-    ("docs/ray.md", "python src/03_eval_vlm_on_chexpercept/00_eval.py --provider opensource "
+    (_doc("ray"), "python src/03_eval_vlm_on_chexpercept/00_eval.py --provider opensource "
                     "--model medgemma \\"):
         "needs a Ray cluster of 16 GPUs and the MedGemma weights (Ray replicas on CPU: "
         "tests/evaluation/test_ray_replicas.py)",
