@@ -1,7 +1,10 @@
 """Core: the working-frame transform (an original CXR <-> the 1024x1024 frame).
 
 Written by Stage 00.00 next to each prepared CXR, read by Stage 00.01 and 01.00 to bring masks
-of the original image into the frame and back (docs/curation.md, "Working frame").
+of the original image into the frame and back (docs/curation.md, "Working frame"). A mask
+provided with a CXR (MIMIC-ILS lesion masks, provided anatomy masks) comes into the frame
+through :func:`provided_mask_to_frame`: the one mask reader, the CXR's EXIF turn, the shape
+check, then the transform (docs/images.md, "Masks and images").
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from chexpercept.errors import SchemaError
+from chexpercept.errors import InputError, SchemaError
 from chexpercept.files import read_json
-from chexpercept.images import WORK_SIZE
+from chexpercept.images import WORK_SIZE, read_mask
+from utils import imaging
 
 # --------------------------------------------------------------------------------------
 # Working-frame transforms (written by Stage 00.00, read by 00.01 and 01.00)
@@ -204,6 +208,11 @@ def mask_to_original(mask: np.ndarray, t: FrameTransform) -> np.ndarray:
     return np.asarray(im) > 0
 
 
+def prepared_png(cxr_dir: str | Path, dicom_id: str) -> Path:
+    """``<mimic_cxr_path>/<dicom_id>.png`` (release flat layout)."""
+    return Path(cxr_dir) / f"{dicom_id}.png"
+
+
 def transform_sidecar(cxr_dir: str | Path, dicom_id: str) -> Path:
     """``<mimic_cxr_path>/<dicom_id>.transform.json``: a prepared PNG's transform."""
     return Path(cxr_dir) / f"{dicom_id}.transform.json"
@@ -229,3 +238,79 @@ def read_frame_transform(cxr_dir: str | Path, dicom_id: str) -> FrameTransform |
     return FrameTransform.from_json(read_json(path), path)
 
 
+def _plain_scale(mask_wh: tuple[int, int], grid_wh: tuple[int, int]) -> bool:
+    """Whether a ``mask_wh`` (w, h) mask is the ``grid_wh`` grid scaled evenly (to whole pixels)."""
+    (mw, mh), (gw, gh) = mask_wh, grid_wh
+    return abs(mw * gh - mh * gw) <= (gw + gh) / 2
+
+
+def orient_provided_mask(mask: np.ndarray, t: FrameTransform, mask_path: str | Path,
+                         image_path: str | Path | None = None) -> np.ndarray:
+    """A provided mask brought into the upright grid of its CXR (before the frame transform).
+
+    The image loader turns a source with an EXIF orientation upright; a mask file without its
+    own tag is taken to be in the source's STORED pixel grid (how a mask exported from the
+    pixel array is stored) and gets the same turn, including the ambiguous square case
+    (docs/curation.md, "Working frame"). Accepted shapes: square (MIMIC-ILS: the image
+    stretched to a square), or the stored or upright grid at any even scale; a non-square mask
+    with the upright grid's aspect ratio only is already upright and is not turned.
+
+    Args:
+        mask: (h, w) bool, as read from ``mask_path`` (its own EXIF tag, if any, applied).
+        t: The CXR's transform (``orig_width`` x ``orig_height``: upright size; its
+            ``orientation``).
+        mask_path: The mask file (named in the error; its own tag is checked).
+        image_path: The CXR file (named in the error).
+
+    Returns:
+        (h', w') bool in the upright grid (transposed for orientations 5-8).
+
+    Raises:
+        InputError: If the shape fits neither grid, naming both files and all sizes.
+    """
+    h, w = mask.shape
+    stored, upright = t.stored_size, (t.orig_width, t.orig_height)
+    own_tag = imaging.inspect_image(mask_path).orientation != 1  # read_mask turned it upright
+    if t.orientation != 1 and not own_tag and (w == h or _plain_scale((w, h), stored)):
+        turned = imaging.upright(Image.fromarray(mask.astype(np.uint8) * 255), t.orientation)
+        return np.asarray(turned) > 0
+    if w == h or _plain_scale((w, h), upright):
+        return mask
+    source = (f"a {stored[0]}x{stored[1]} stored image shown {upright[0]}x{upright[1]} upright "
+              f"(EXIF orientation {t.orientation})" if t.orientation != 1
+              else f"a {upright[0]}x{upright[1]} image")
+    raise InputError(f"provided mask {mask_path} is {w}x{h} pixels, but its CXR "
+                     f"{image_path or '(working frame)'} was prepared from {source}: a provided "
+                     f"mask must be square (MIMIC-ILS) or have the image's aspect ratio "
+                     f"(docs/curation.md, 'Working frame'); regenerate it on the image's grid")
+
+
+#: The transform of a mask drawn in the working frame itself (``anatomy.provided_frame: work``):
+#: any square is that frame at an even scale; any other shape is refused.
+WORK_FRAME = frame_transform(WORK_SIZE, WORK_SIZE, "stretch")
+
+
+def provided_mask_to_frame(mask_path: str | Path, t: FrameTransform,
+                           image_path: str | Path | None = None) -> np.ndarray:
+    """A mask provided with its CXR, covering the whole original image, in the working frame.
+
+    Read with the one mask reader (:func:`chexpercept.images.read_mask`: its own EXIF tag
+    applied), turned like its CXR when it is in the source's stored grid and checked for shape
+    (:func:`orient_provided_mask`), then mapped like the image (:func:`mask_to_frame`). Used for
+    MIMIC-ILS lesion masks (Stage 00.01) and provided anatomy masks (Stage 01.00, the
+    box-anatomy segmenter); docs/images.md, "Masks and images".
+
+    Args:
+        mask_path: The mask PNG.
+        t: The CXR's transform (:data:`WORK_FRAME` for a mask drawn in the working frame).
+        image_path: The CXR file, named in the error (None: the working frame).
+
+    Returns:
+        (1024, 1024) bool.
+
+    Raises:
+        InputError: If the mask is missing or unreadable, or its shape fits neither the stored
+            nor the upright grid of its CXR (naming both files and the sizes).
+    """
+    mask = orient_provided_mask(read_mask(mask_path, size=None), t, mask_path, image_path)
+    return mask_to_frame(mask, t)

@@ -121,3 +121,16 @@ def test_sam2_box_with_a_random_tiny_sam2(tmp_path):
         return  # random weights may predict nothing inside the box: a recorded failure
     inside = box_mask(ITEM, None)
     assert res.mask.shape == (1024, 1024) and not (res.mask & ~inside).any()
+
+
+def test_box_anatomy_refuses_a_mask_of_another_shape_naming_it(tmp_path):
+    """A 300 x 700 anatomy mask of a 2000 x 1000 original was stretched; now it is refused."""
+    cxr, anat = tmp_path / "cxr", tmp_path / "anat"
+    write_json_atomic(cxr / "img.transform.json", frame_transform(2000, 1000, "letterbox")
+                      .to_json())
+    for name in ("right_lung", "left_lung"):
+        write_png_atomic(anat / "img" / f"{name}.png", np.full((700, 300), 255, np.uint8))
+    with pytest.raises(InputError, match=r"provided mask .*right_lung\.png is 300x700 pixels, "
+                                         r"but its CXR .*img\.png was prepared from a 2000x1000"):
+        BoxAnatomySegmenter(anat, cxr, smoothing_px=0).segment(
+            np.zeros((1024, 1024), np.uint8), "", item={**ITEM, "box_frame": None})

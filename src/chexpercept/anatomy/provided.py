@@ -26,7 +26,13 @@ from chexpercept.anatomy.names import (
     ZONE_SOURCES,
 )
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.frame import mask_to_frame, read_frame_transform
+from chexpercept.frame import (
+    WORK_FRAME,
+    FrameTransform,
+    prepared_png,
+    provided_mask_to_frame,
+    read_frame_transform,
+)
 from chexpercept.images import read_mask, write_mask
 from chexpercept.layouts import anatomy_mask_path
 
@@ -98,6 +104,44 @@ def _same_dir(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
+def mask_frame(cxr_dir: str | Path | None, dicom_id: str,
+               frame: str) -> tuple[FrameTransform | None, Path | None]:
+    """The frame a provided anatomy mask of ``dicom_id`` is drawn in, and its CXR file.
+
+    ``frame`` ``work``: the working frame itself (:data:`chexpercept.frame.WORK_FRAME`: a
+    square at any scale). ``original`` with a Stage 00 transform recorded in ``cxr_dir``: that
+    transform and the prepared CXR (named in errors). Otherwise ``(None, None)``: the
+    documented release frame, the mask covering the image stretched to 1024 x 1024
+    (docs/images.md, "Masks and images").
+
+    Raises:
+        SchemaError: If the recorded transform is malformed.
+    """
+    if frame == "work":
+        return WORK_FRAME, None
+    transform = read_frame_transform(cxr_dir, dicom_id) if cxr_dir is not None else None
+    if transform is None:
+        return None, None
+    return transform, prepared_png(str(cxr_dir), dicom_id)
+
+
+def read_provided_mask(path: Path, transform: FrameTransform | None,
+                       image_path: Path | None) -> np.ndarray:
+    """A provided anatomy mask in the working frame (:func:`mask_frame`'s frame).
+
+    With a frame: the CXR's EXIF turn, the shape check and the transform
+    (:func:`chexpercept.frame.provided_mask_to_frame`); without one, the release frame's plain
+    resize (nearest).
+
+    Raises:
+        InputError: If the file cannot be read or its shape fits neither grid of its CXR
+            (naming the mask file, the CXR file and the sizes).
+    """
+    if transform is None:
+        return read_mask(path, resize=True)
+    return provided_mask_to_frame(path, transform, image_path)
+
+
 def prepare_provided_anatomy(
     dicom_ids: Sequence[str], *, chexmask_src: str | Path | None, cxas_src: str | Path | None,
     chexmask_out: Path, cxas_out: Path, zone_source: str,
@@ -112,11 +156,13 @@ def prepare_provided_anatomy(
     when present. With ``frame`` ``original`` and a Stage 00 transform recorded for the dicom
     (``<cxr_dir>/<dicom_id>.transform.json``), each mask is taken to cover the original CXR (at
     its own size, or stretched to a square) and mapped like the image
-    (:func:`chexpercept.frame.mask_to_frame`: resize to the original H x W, then letterbox or
-    stretch); otherwise (``frame`` ``work`` or no transform) it is resized (nearest) to
-    1024 × 1024. Masks are written as 0/255 L PNGs, atomically. A dicom whose outputs all
-    exist is skipped (resume). When a source folder is the
-    output folder, files are only validated. Only the ``layouts`` given are handled (the
+    (:func:`chexpercept.frame.provided_mask_to_frame`: the CXR's EXIF turn for a mask in the
+    source's stored grid, a shape check, resize to the original H x W, then letterbox or
+    stretch); with ``frame`` ``work`` it must be square and is resized (nearest) to
+    1024 × 1024; with neither (no transform recorded) it is resized to 1024 × 1024, the release
+    frame (docs/images.md, "Masks and images"). Masks are written as 0/255 L PNGs, atomically.
+    A dicom whose outputs all exist is skipped (resume). When a source folder is the output
+    folder, files are only validated. Only the ``layouts`` given are handled (the
     others are written by model backends, :mod:`chexpercept.anatomy.backends`).
 
     Args:
@@ -135,7 +181,9 @@ def prepare_provided_anatomy(
 
     Raises:
         ConfigError: If a source folder is not configured.
-        InputError: Listing every missing required file (dicom and path) at once.
+        InputError: Listing every missing required file (dicom and path) at once; or naming
+            the mask file, its CXR and both sizes when a mask's shape fits neither the stored
+            nor the upright grid of its CXR (``work``: is not square).
     """
     problems = []
     if LAYOUT_CHEXMASK in layouts and not chexmask_src:
@@ -169,13 +217,9 @@ def prepare_provided_anatomy(
         if all(dst.is_file() for _, dst in jobs):
             summary.skipped_done += 1
             continue
-        transform = (read_frame_transform(cxr_dir, dicom)
-                      if cxr_dir is not None and frame == "original" else None)
+        transform, image = mask_frame(cxr_dir, dicom, frame)
         for src_path, dst_path in jobs:
-            if transform is None:  # the documented plain resize (frame 'work' / no transform)
-                write_mask(dst_path, read_mask(src_path, resize=True))
-            else:
-                write_mask(dst_path, mask_to_frame(read_mask(src_path, size=None), transform))
+            write_mask(dst_path, read_provided_mask(src_path, transform, image))
             summary.files_written += 1
         summary.processed += 1
     return summary

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.curation import candidates, public, sampling
-from chexpercept.curation.images import PrepareSummary, prepare_images, prepared_png
+from chexpercept.curation.images import PrepareSummary, prepare_images
 from chexpercept.curation.segmenters import create_segmenter
 from chexpercept.curation.sheets import (
     MergeOutcome,
@@ -41,7 +41,7 @@ from chexpercept.curation.sheets import (
 from chexpercept.curation.sources import MIMIC_ILS
 from chexpercept.errors import ConfigError, InputError
 from chexpercept.files import read_json, write_csv_atomic, write_json_atomic
-from chexpercept.frame import transforms_index
+from chexpercept.frame import prepared_png, transforms_index
 from chexpercept.layouts import CurationLayout, repo_root, stage_output_dir
 from chexpercept.lesions import LESIONS
 from chexpercept.provenance import write_run_meta

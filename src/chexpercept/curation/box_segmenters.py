@@ -22,7 +22,13 @@ import numpy as np
 
 from chexpercept.curation.segmenters import EmptyPredictionError, Segmenter, SegmentResult
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.frame import FrameTransform, mask_to_frame, read_frame_transform
+from chexpercept.frame import (
+    WORK_FRAME,
+    FrameTransform,
+    prepared_png,
+    provided_mask_to_frame,
+    read_frame_transform,
+)
 from chexpercept.images import WORK_SIZE, read_mask
 from chexpercept.layouts import anatomy_mask_path
 
@@ -124,9 +130,11 @@ class BoxAnatomySegmenter(Segmenter):
         if not path.is_file():
             raise InputError(f"anatomy mask missing: {path} (box-anatomy reads "
                              f"<box_anatomy_path>/<dicom_id>/{name}.png)")
-        if self.frame == "original" and t is not None:
-            return mask_to_frame(read_mask(path, size=None), t)
-        return read_mask(path, size=WORK_SIZE, resize=True)
+        if self.frame == "work":  # a square in the working frame (docs/images.md)
+            return provided_mask_to_frame(path, WORK_FRAME)
+        if t is not None:  # the CXR's EXIF turn, the shape check, then the transform
+            return provided_mask_to_frame(path, t, prepared_png(self.cxr_dir, dicom_id))
+        return read_mask(path, size=WORK_SIZE, resize=True)  # no transform: the release frame
 
     def segment(self, image: np.ndarray, instruction: str, *,
                 item: Mapping[str, Any]) -> SegmentResult:

@@ -29,6 +29,7 @@ from chexpercept.frame import (
     FrameTransform,
     frame_transform,
     image_to_frame,
+    prepared_png,
     read_frame_transform,
     transform_sidecar,
     transforms_index,
@@ -37,11 +38,6 @@ from chexpercept.images import WORK_SIZE, read_cxr, write_png_atomic
 from utils import imaging
 
 logger = logging.getLogger(__name__)
-
-
-def prepared_png(cxr_dir: str | Path, dicom_id: str) -> Path:
-    """``<mimic_cxr_path>/<dicom_id>.png`` (release flat layout)."""
-    return Path(cxr_dir) / f"{dicom_id}.png"
 
 
 def missing_sources(images: Mapping[str, str], jpg_root: str | Path) -> list[str]:
@@ -171,5 +167,5 @@ def transform_or_none(cxr_dir: str | Path, dicom_id: str) -> FrameTransform | No
     return read_frame_transform(cxr_dir, dicom_id)
 
 
-__all__ = ["PrepareSummary", "convert_jpg", "missing_sources", "prepare_images", "prepared_png",
+__all__ = ["PrepareSummary", "convert_jpg", "missing_sources", "prepare_images",
            "read_gray", "transform_or_none", "transform_sidecar"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from chexpercept.callbacks import Progress
 from chexpercept.curation.candidates import instruction_for, location_text
-from chexpercept.curation.images import PrepareSummary, prepared_png
+from chexpercept.curation.images import PrepareSummary
 from chexpercept.curation.sampling import Selection, inputs_hash
 from chexpercept.curation.sources import (
     MIMIC_ILS,
@@ -35,6 +35,7 @@ from chexpercept.files import read_json, write_csv_atomic, write_json_atomic
 from chexpercept.frame import (
     frame_transform,
     image_to_frame,
+    prepared_png,
     read_frame_transform,
     transform_sidecar,
     transforms_index,

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image
 
-from chexpercept.curation.images import prepared_png
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.frame import FrameTransform, frame_transform, mask_to_frame, read_frame_transform
+from chexpercept.frame import (
+    FrameTransform,
+    frame_transform,
+    prepared_png,
+    provided_mask_to_frame,
+    read_frame_transform,
+)
 from chexpercept.images import WORK_SIZE, read_mask
 from utils import imaging
 
@@ -70,53 +74,6 @@ class Segmenter(ABC):
         """
 
 
-def _plain_scale(mask_wh: tuple[int, int], grid_wh: tuple[int, int]) -> bool:
-    """Whether a ``mask_wh`` (w, h) mask is the ``grid_wh`` grid scaled evenly (to whole pixels)."""
-    (mw, mh), (gw, gh) = mask_wh, grid_wh
-    return abs(mw * gh - mh * gw) <= (gw + gh) / 2
-
-
-def orient_provided_mask(mask: np.ndarray, t: FrameTransform, mask_path: str | Path,
-                         image_path: str | Path | None = None) -> np.ndarray:
-    """A provided mask brought into the upright grid of its CXR (before the frame transform).
-
-    The image loader turns a source with an EXIF orientation upright; a mask file without its
-    own tag is taken to be in the source's STORED pixel grid (how a mask exported from the
-    pixel array is stored) and gets the same turn, including the ambiguous square case
-    (docs/curation.md, "Working frame"). Accepted shapes: square (MIMIC-ILS: the image
-    stretched to a square), or the stored or upright grid at any even scale; a non-square mask
-    with the upright grid's aspect ratio only is already upright and is not turned.
-
-    Args:
-        mask: (h, w) bool, as read from ``mask_path`` (its own EXIF tag, if any, applied).
-        t: The CXR's transform (``orig_width`` x ``orig_height``: upright size; its
-            ``orientation``).
-        mask_path: The mask file (named in the error; its own tag is checked).
-        image_path: The CXR file (named in the error).
-
-    Returns:
-        (h', w') bool in the upright grid (transposed for orientations 5-8).
-
-    Raises:
-        InputError: If the shape fits neither grid, naming both files and all sizes.
-    """
-    h, w = mask.shape
-    stored, upright = t.stored_size, (t.orig_width, t.orig_height)
-    own_tag = imaging.inspect_image(mask_path).orientation != 1  # read_mask turned it upright
-    if t.orientation != 1 and not own_tag and (w == h or _plain_scale((w, h), stored)):
-        turned = imaging.upright(Image.fromarray(mask.astype(np.uint8) * 255), t.orientation)
-        return np.asarray(turned) > 0
-    if w == h or _plain_scale((w, h), upright):
-        return mask
-    source = (f"a {stored[0]}x{stored[1]} stored image shown {upright[0]}x{upright[1]} upright "
-              f"(EXIF orientation {t.orientation})" if t.orientation != 1
-              else f"a {upright[0]}x{upright[1]} image")
-    raise InputError(f"provided mask {mask_path} is {w}x{h} pixels, but its CXR "
-                     f"{image_path or '(working frame)'} was prepared from {source}: a provided "
-                     f"mask must be square (MIMIC-ILS) or have the image's aspect ratio "
-                     f"(docs/curation.md, 'Working frame'); regenerate it on the image's grid")
-
-
 def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
                   transform: FrameTransform | None = None, *,
                   image_path: str | Path | None = None) -> np.ndarray:
@@ -124,11 +81,12 @@ def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
 
     MIMIC-ILS masks are square (512 or 1024) and cover the original CXR stretched to a square.
     With the CXR's recorded ``transform`` the mask is first turned like the image when the
-    source had an EXIF orientation (:func:`orient_provided_mask`), then mapped like the image
-    (resize to the original H x W, then the letterbox/stretch;
-    :func:`chexpercept.frame.mask_to_frame`). Without one (a hand-filled release-style PNG folder)
-    the mask covers the 1024 x 1024 PNG ``image_path`` (same orientation rule, its own EXIF
-    tag) and is resized (nearest) to it; without ``image_path`` either, it is only resized.
+    source had an EXIF orientation (:func:`chexpercept.frame.orient_provided_mask`), then
+    mapped like the image (resize to the original H x W, then the letterbox/stretch;
+    :func:`chexpercept.frame.provided_mask_to_frame`). Without one (a hand-filled
+    release-style PNG folder) the mask covers the 1024 x 1024 PNG ``image_path`` (same
+    orientation rule, its own EXIF tag) and is resized (nearest) to it; without ``image_path``
+    either, it is only resized.
 
     Args:
         item: The work item (``seg_mask_path``).
@@ -156,8 +114,7 @@ def provided_mask(item: Mapping[str, Any], seg_mask_root: str | Path | None,
                             orientation=header.orientation)
     if transform is None:  # no recorded transform: the mask covers the image stretched to 1024
         return read_mask(path, size=WORK_SIZE, resize=True)
-    mask = orient_provided_mask(read_mask(path, size=None), transform, path, image_path)
-    return mask_to_frame(mask, transform)
+    return provided_mask_to_frame(path, transform, image_path)
 
 
 class ProvidedSegmenter(Segmenter):
@@ -227,7 +184,6 @@ __all__ = [
     "SegmentResult",
     "Segmenter",
     "create_segmenter",
-    "orient_provided_mask",
     "provided_mask",
     "register_segmenter",
     "segmenter_names",
