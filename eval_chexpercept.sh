@@ -7,7 +7,9 @@
 #
 # Every argument is passed to src/03_eval_vlm_on_chexpercept/00_eval.py (which rejects unknown
 # flags); then src/04_analyze_eval_result/01_analyze_model_performance.py runs on the same
-# --output-path, --oracle_setting and --benchmark-dir (skipped for --validate-only,
+# --oracle_setting and --benchmark-dir and on the output path Stage 03 wrote (--output-path,
+# else a --config's eval_vlm_on_chexpercept.output_path, else the default; Stage 03 writes it
+# into the file CHEXPERCEPT_OUTPUT_PATH_FILE names) (skipped for --validate-only,
 # --estimate-cost and sharded --part runs: merge the parts with 01_merge_parts.py first).
 # Exit status: Stage 03's. When Stage 03 exits 3 (cases left unfinished: a turn got no answer),
 # Stage 04 still runs (report.md opens with the incomplete run and how many cases are missing,
@@ -63,7 +65,10 @@ chex_pyenv_nvjitlink eval_chexpercept.sh
 # "Faults"): Stage 04 still runs, its report.md opens with the incomplete run and the number of
 # cases missing, and this script then exits 3. Any other failure stops here with its code.
 eval_rc=0
-"${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@" || eval_rc=$?
+out_file="$(mktemp)"
+trap 'rm -f "$out_file"' EXIT
+CHEXPERCEPT_OUTPUT_PATH_FILE="$out_file" \
+  "${PY[@]}" src/03_eval_vlm_on_chexpercept/00_eval.py "$@" || eval_rc=$?
 [ "$eval_rc" -eq 0 ] || [ "$eval_rc" -eq 3 ] || exit "$eval_rc"
 for arg in "$@"; do  # no analysis of a check, a cost estimate or one part of a sharded run
   case "$arg" in
@@ -75,7 +80,12 @@ if [ "$eval_rc" -eq 3 ]; then
     "(report.md marks the run incomplete, the unfinished cases are missing, not wrong); re-run" \
     "this command to complete them" >&2
 fi
-# The analysis goes next to the results when --output-path is given (else the release's folder).
+# Stage 03's own output path (a --config may set it): the analysis goes next to the results
+# when it is not the release's folder (else into the release's analysis folder).
+if [ -s "$out_file" ]; then
+  effective="$(head -n 1 "$out_file")"
+  if ! [ "$effective" -ef "$results" ]; then results="$effective"; analysis="$effective"; fi
+fi
 "${PY[@]}" src/04_analyze_eval_result/01_analyze_model_performance.py --results-dir "$results" \
   --oracle_setting "$setting" --benchmark-dir "$bench" --output-dir "$analysis"
 exit "$eval_rc"

@@ -75,6 +75,10 @@ from utils.ray_pool import require_ray
 logger = logging.getLogger("03_eval")
 
 DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
+#: Environment variable naming a file that Stage 03 writes its effective output path into
+#: (``--output-path``, else the config's ``eval_vlm_on_chexpercept.output_path``, else the
+#: default), so ``eval_chexpercept.sh`` runs Stage 04 on the folder Stage 03 wrote.
+OUTPUT_PATH_FILE_ENV = "CHEXPERCEPT_OUTPUT_PATH_FILE"
 
 
 def _provider_arg(text: str) -> str:
@@ -365,6 +369,17 @@ def _from_config(args: argparse.Namespace) -> tuple[str | Path, int]:
     return output_path, seed
 
 
+def record_output_path(output_path: str | Path) -> None:
+    """Write ``output_path`` into the file :data:`OUTPUT_PATH_FILE_ENV` names, if it is set.
+
+    ``eval_chexpercept.sh`` sets it, then gives Stage 04 the path Stage 03 resolved (a
+    ``--config``'s ``output_path`` included) instead of re-reading the flags itself.
+    """
+    target = os.environ.get(OUTPUT_PATH_FILE_ENV)
+    if target:
+        Path(target).write_text(f"{Path(output_path).absolute()}\n", encoding="utf-8")
+
+
 def _check_only(args: argparse.Namespace, provider: str, selection: dict[str, object],
                 seed: int) -> int:
     """``--validate-only`` / ``--estimate-cost``: check the bundle (and price it); no request."""
@@ -385,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_progress = not args.no_progress
     setup_logging(args.log_level, None, progress=show_progress)
     output_path, seed = _from_config(args)
+    record_output_path(output_path)  # for eval_chexpercept.sh's Stage 04
     provider = DEBUG_PROVIDER if args.debug else args.provider
     options = provider_flag_options(args, provider)  # a flag it does not take: refused now
     check_provider_flags(args, provider)
