@@ -36,13 +36,14 @@ from typing import Any
 
 from gpu_stage_batching import _load  # a sibling script (benchmarks/ is on sys.path)
 
-from chexpercept import io
 from chexpercept.evaluation import EvalSettings, load_bundle, validate_bundle
 from chexpercept.evaluation.async_runner import run_evaluation_async
+from chexpercept.files import write_json_atomic
+from chexpercept.layouts import repo_root
 from utils.llm.base import TurnRequest
 from utils.llm.openai_provider import OpenAIChatModel
 
-ROOT = io.repo_root()
+ROOT = repo_root()
 
 
 class RecordingModel(OpenAIChatModel):
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(result, indent=2))
     if args.out:
-        io.write_json_atomic(Path(args.out), result)
+        write_json_atomic(Path(args.out), result)
     return 0
 
 
