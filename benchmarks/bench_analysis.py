@@ -25,6 +25,7 @@ Usage::
 
     python benchmarks/bench_analysis.py [--models 14] [--bootstrap 1000] [--repeat 3]
         [--keep DIR] [--release-dir DIR] [--jobs N]
+    python benchmarks/bench_analysis.py --tiny   # a smoke run, seconds
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown")
 QUESTION = ("Please look at the chest X-ray and answer the question about the finding. " * 8)
 
 
-def _cases() -> list[tuple[str, str, str]]:
-    """(key_id, lesion, qa_path) of the 2,100 cases, in export order."""
+def _cases(per_path: int = PER_PATH) -> list[tuple[str, str, str]]:
+    """(key_id, lesion, qa_path) of the cases (2,100 at ``PER_PATH``), in export order."""
     out = []
     for lesion in LESIONS:
         for path, kind in (("lesion_free", "negative"), ("revision_free", "positive"),
                            ("revision_required", "positive")):
-            for i in range(PER_PATH):
+            for i in range(per_path):
                 sid = 50_000_000 + len(out)
                 out.append((f"{lesion}_s{sid}_{kind}_{i % 3}", lesion, path))
     return out
@@ -164,16 +165,19 @@ def _result(rng: np.random.Generator, key_id: str, path: str, gt: dict, skill: f
             turns.append(resp)
         rec["attribute_extraction_qa"] = block
     rec["_chat_history_idx"] = {f"turn_{i}": i for i in range(len(turns))}
-    rec["chat_history"] = [[QUESTION, [f"/bench/{key_id}/xray.png"] if i == 0 else [],
+    # a path of the case's bundle folder (<bundle>/chexpercept/<key_id>/; docs/benchmark_format.md,
+    # "Paths a bundle names"), absent as the release's absolute paths are on another machine
+    rec["chat_history"] = [[QUESTION, [f"/bench/chexpercept/{key_id}/xray.png"] if i == 0 else [],
                             f"The finding is described as follows. Answer: {r}"]
                            for i, r in enumerate(turns)]
     return rec
 
 
-def generate(root: Path, n_models: int, seed: int = 0) -> tuple[Path, Path]:
+def generate(root: Path, n_models: int, seed: int = 0, per_path: int = PER_PATH
+             ) -> tuple[Path, Path]:
     """Write the synthetic benchmark and results; return (benchmark_dir, results_dir)."""
     rng = np.random.default_rng(seed)
-    cases = _cases()
+    cases = _cases(per_path)
     bench, truths = {}, {}
     for key_id, lesion, path in cases:
         bench[key_id], truths[key_id] = _benchmark_item(rng, lesion, path)
@@ -301,17 +305,26 @@ def main() -> int:
                         help="--jobs for our Stage 04 (default: its own default).")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="Also measure the Python-heap peak in-process (default: off).")
+    parser.add_argument("--tiny", action="store_true",
+                        help="A seconds-long smoke run: 2 models x 210 cases (10 per lesion "
+                             "and path), 20 resamples, one run of oracle_implicit only; "
+                             "overrides --models, --bootstrap and --repeat (default: off).")
     args = parser.parse_args()
+    per_path, settings = PER_PATH, SETTINGS
+    if args.tiny:
+        args.models, args.bootstrap, args.repeat, per_path = 2, 20, 1, 10
+        settings = SETTINGS[:1]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
         start = time.perf_counter()
-        bench_dir, results_dir = generate(root, args.models)
+        bench_dir, results_dir = generate(root, args.models, per_path=per_path)
         size_mib = sum(p.stat().st_size for p in results_dir.rglob("*.json")) / 2**20
-        print(f"generated {args.models} models x 2100 cases x {len(SETTINGS)} settings "
+        n_cases = len(_cases(per_path))
+        print(f"generated {args.models} models x {n_cases} cases x {len(SETTINGS)} settings "
               f"({size_mib:.0f} MiB of all_results.json) in {time.perf_counter() - start:.1f} s")
         release = (_release_copy(Path(args.release_dir), root / "release_scratch")
                    if args.release_dir else None)
-        for setting in SETTINGS:
+        for setting in settings:
             ours, theirs = [], []
             for _ in range(args.repeat):  # alternating: both see the same machine state
                 ours.append(_measure(_ours(results_dir, bench_dir, root / "out", setting,
