@@ -3,16 +3,18 @@
 Generates, in a temporary folder, ``--runs`` synthetic Stage 03 runs of ``--cases`` cases
 (default 2 x 10,400: the lesions and paths in turn, every path's turns with realistic question
 and reply lengths, ``records.jsonl`` with parser fields and oracle actions, seven small PNGs
-shared by every case), writes the viewer (``analysis.viewer.write_viewer``) and opens it in the
-system Chromium through Playwright (``/usr/bin/chromium`` or ``$CHEXPERCEPT_CHROMIUM``; no
-``playwright install``). Prints, best of ``--repeat``: the write time, the data sizes, the time
-from navigation to the first rendered index (target < 2 s), and the page's reaction times for a
-filter, a sort, opening a case (its chunk is loaded then) and a text search over every reply
-(all chunks loaded), each next to the 2 s target as a ratio. No assertion on timings.
+hard-linked into every case's bundle folder ``chexpercept/<key_id>/``), writes the viewer
+(``analysis.viewer.write_viewer``) and opens it in the system Chromium through Playwright
+(``/usr/bin/chromium`` or ``$CHEXPERCEPT_CHROMIUM``; no ``playwright install``). Prints, best
+of ``--repeat``: the write time, the data sizes, the time from navigation to the first rendered
+index (target < 2 s), and the page's reaction times for a filter, a sort, opening a case (its
+chunk is loaded then) and a text search over every reply (all chunks loaded), each next to the
+2 s target as a ratio. No assertion on timings.
 
 Usage::
 
     python benchmarks/bench_viewer.py [--cases 10400] [--runs 2] [--repeat 3] [--keep DIR]
+    python benchmarks/bench_viewer.py --cases 50 --runs 1 --repeat 1   # a smoke run, seconds
 """
 
 from __future__ import annotations
@@ -54,16 +56,35 @@ QUESTION = "Look at this chest X-ray and answer the question about the finding. 
 REPLY = "The image shows findings I weigh against each option before answering. " * 8
 
 
-def _images(root: Path) -> dict[str, list[str]]:
-    """Seven small PNGs: the images each turn sends (paths shared by every case)."""
+IMAGE_NAMES = ["xray", "xray_with_mask", "xray_with_mask_and_points",
+               *(f"option_{i}" for i in range(1, 5))]
+#: The images each turn sends, by index into IMAGE_NAMES.
+TURN_IMAGES = {"detection_qa": [0], "contour_evaluation_qa": [1],
+               "contour_revision_qa_expansion": [2],
+               "contour_revision_qa_revision_result": [3, 4, 5, 6]}
+
+
+def _images(root: Path) -> list[Path]:
+    """Seven small PNGs, the sources every case's images are hard links to."""
     root.mkdir(parents=True, exist_ok=True)
-    names = ["xray", "xray_with_mask", "xray_with_mask_and_points", *(f"option_{i}"
-                                                                     for i in range(1, 5))]
-    for i, name in enumerate(names):
+    for i, name in enumerate(IMAGE_NAMES):
         Image.fromarray(np.full((256, 256, 3), 40 * i, dtype=np.uint8)).save(root / f"{name}.png")
-    p = [str(root / f"{n}.png") for n in names]
-    return {"detection_qa": p[:1], "contour_evaluation_qa": p[1:2],
-            "contour_revision_qa_expansion": p[2:3], "contour_revision_qa_revision_result": p[3:]}
+    return [root / f"{name}.png" for name in IMAGE_NAMES]
+
+
+def _case_images(bundle: Path, key: str, sources: list[Path]) -> dict[str, list[str]]:
+    """Hard links to ``sources`` in the case's bundle folder; the image paths of each turn.
+
+    Stage 04 takes a case's images only from ``<bundle>/chexpercept/<key_id>/``
+    (docs/benchmark_format.md, "Paths a bundle names").
+    """
+    folder = bundle / "chexpercept" / key
+    if not folder.is_dir():  # the runs share their cases
+        folder.mkdir(parents=True)
+        for source in sources:
+            os.link(source, folder / source.name)
+    return {turn: [str(folder / sources[i].name) for i in idx]
+            for turn, idx in TURN_IMAGES.items()}
 
 
 def _block(turns: list[str], correct: dict[str, bool], block: str) -> dict:
@@ -74,7 +95,7 @@ def _block(turns: list[str], correct: dict[str, bool], block: str) -> dict:
     return {"correct": all(correct[t] for t in names), "ground_truth": 1, "status": "ok"}
 
 
-def _run(run_dir: Path, n_cases: int, images: dict[str, list[str]], seed: int) -> None:
+def _run(run_dir: Path, n_cases: int, bundle: Path, sources: list[Path], seed: int) -> None:
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     results, lines = {}, []
@@ -84,6 +105,7 @@ def _run(run_dir: Path, n_cases: int, images: dict[str, list[str]], seed: int) -
         key = f"{lesion}_s{i:08d}_{'negative' if path == 'lesion_free' else 'positive'}_0"
         turns = TURNS[path] if lesion != "cardiomegaly" else [
             t for t in TURNS[path] if not t.startswith("attribute")]
+        images = _case_images(bundle, key, sources)
         history, idx, correct = [], {}, {}
         for j, turn in enumerate(turns):
             right = bool(rng.random() < 0.6)
@@ -186,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_viewer_"))
     try:
-        images = _images(root / "images")
+        sources = _images(root / "images")
         t0 = time.perf_counter()
         runs = []
         for r in range(args.runs):
             run_dir = root / "03" / f"synthetic_bench-{r}" / "oracle_none"
-            _run(run_dir, args.cases, images, seed=r)
+            _run(run_dir, args.cases, root / "bench", sources, seed=r)
             runs.append(ViewerRun(f"synthetic_bench-{r}", "none", run_dir))
         made = time.perf_counter() - t0
         t0 = time.perf_counter()
