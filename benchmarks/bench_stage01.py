@@ -8,14 +8,20 @@
    build time, ``set_image`` per 1024x1024 image and ``predict`` per prompt (median of
    ``--repeats``). Skipped when sam2/torch are missing.
 
+``--tiny`` is a smoke run of seconds: the two hand-built cases of the Stage 01 tests
+(``tests/deformation/stage01_inputs.py``) instead of the fixtures, one worker, no sam2 (its one
+1024 x 1024 ``set_image`` alone takes about 10 s on 2 cores).
+
 No assertion on timings. Usage::
 
     python benchmarks/bench_stage01.py [--workers 1 2] [--repeats 3] [--no-sam2] [--keep DIR]
+    python benchmarks/bench_stage01.py --tiny
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import runpy
 import statistics
 import sys
@@ -50,8 +56,8 @@ def _config(root: Path, fx) -> Path:
     return path
 
 
-def bench_morphological(root: Path, workers: list[int]) -> None:
-    """Cases per minute of 01.01 (morphological) on the fixtures for each worker count."""
+def _fixture_inputs(root: Path) -> tuple[Path, int]:
+    """Stage 00 on the sample-test fixtures, every positive accepted; (config, cases)."""
     fx = make_fixtures(root / "fixtures", 0).paths
     cfg = _config(root, fx)
     common = ["--config", str(cfg), "--no-progress", "--log-level", "WARNING"]
@@ -62,18 +68,38 @@ def bench_morphological(root: Path, workers: list[int]) -> None:
     for r in rows:
         r["optimal?"] = "y"
     write_csv_atomic(sheet, rows, list(rows[0]))
+    return cfg, len(rows)
+
+
+def _tiny_inputs(root: Path) -> tuple[Path, int]:
+    """The Stage 01 tests' two hand-built cases (Stage 00 outputs and config); (config, cases)."""
+    spec = importlib.util.spec_from_file_location(
+        "stage01_inputs", REPO / "tests" / "deformation" / "stage01_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paths = module.write_inputs(root, stage01_anatomy=False)
+    return paths["config"], len(read_csv_rows(paths["sheet"]))
+
+
+def bench_morphological(root: Path, workers: list[int], tiny: bool = False) -> None:
+    """Cases per minute of 01.01 (morphological) for each worker count.
+
+    On the sample-test fixtures, or with ``tiny`` on the Stage 01 tests' two cases.
+    """
+    cfg, n_cases = (_tiny_inputs if tiny else _fixture_inputs)(root)
+    common = ["--config", str(cfg), "--no-progress", "--log-level", "WARNING"]
     assert _script("01_mask_deformation/00_generate_anatomy_mask.py")(common) == 0
+    anatomy = DeformationLayout(root / "work" / "01_mask_deformation")
     for n in workers:
         out = root / f"deform_w{n}"
         t0 = time.perf_counter()
         _script("01_mask_deformation/01_deform_mask.py")(
             [*common, "--num-workers", str(n), "--output-dir", str(out),
-             "--chexmask-dir", str(root / "work" / "01_mask_deformation" / "chexmasku_pred"),
-             "--cxas-dir", str(root / "work" / "01_mask_deformation" / "cxas_pred")])
+             "--chexmask-dir", str(anatomy.chexmask_dir), "--cxas-dir", str(anatomy.cxas_dir)])
         dt = time.perf_counter() - t0
         summary = read_json(DeformationLayout(out).summary_json)
-        print(f"morphological, {n} worker(s): {len(rows)} cases in {dt:.1f} s = "
-              f"{len(rows) / dt * 60:.1f} cases/min (processed {summary['processed']}, "
+        print(f"morphological, {n} worker(s): {n_cases} cases in {dt:.1f} s = "
+              f"{n_cases / dt * 60:.1f} cases/min (processed {summary['processed']}, "
               f"failed {summary['failed_count']})")
 
 
@@ -118,11 +144,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="sam2 timing repeats (default: 3).")
     parser.add_argument("--no-sam2", action="store_true", help="Skip the sam2 timing.")
     parser.add_argument("--keep", default=None, help="Work folder to keep (default: a temp dir).")
+    parser.add_argument("--tiny", action="store_true",
+                        help="A smoke run of seconds: the Stage 01 tests' two hand-built cases, "
+                             "one worker, no sam2; overrides --workers and --no-sam2 "
+                             "(default: off).")
     args = parser.parse_args(argv)
+    if args.tiny:
+        args.workers, args.no_sam2 = [1], True
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep) if args.keep else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        bench_morphological(root, args.workers)
+        bench_morphological(root, args.workers, tiny=args.tiny)
     if not args.no_sam2:
         bench_sam2(args.repeats)
     return 0
