@@ -7,14 +7,19 @@ per second, and once more on the first count without the review figures (side by
 drawing them costs); then it times the export (sampling, hard links, stats.csv) with the shared
 bundle validation, and the validation alone. No assertion on timings.
 
+``--tiny`` needs no work dir: a smoke run of seconds on the Stage 02 tests' hand-built inputs
+(``tests/qa/qa_cases.py``: three positive and two negative cases), one worker, one run.
+
 Usage::
 
     python benchmarks/bench_stage02.py [--work-dir outputs/sample_test] [--workers 1 2]
+    python benchmarks/bench_stage02.py --tiny
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -28,7 +33,38 @@ from chexpercept.layouts import CurationLayout, DeformationLayout, QALayout, rep
 from chexpercept.qa import QAInputs, export_benchmark, generate_qa
 
 
-def main() -> int:
+def _sample_test_inputs(work: Path, cfg) -> dict[str, Path | None] | None:
+    """The QAInputs fields (less ``output_dir``) of a finished sample_test.sh work dir."""
+    s00, s01 = CurationLayout(work / "00_source_data_curation"), DeformationLayout(
+        work / "01_mask_deformation")
+    if not s01.results_json.is_file():
+        return None
+    return {"deformation_results_json": s01.results_json,
+            "positive_labeling_sheet": s00.positive_sheet(),
+            "negative_labeling_sheet": s00.negative_sheet, "positive_annotation_csv": None,
+            "negative_annotation_csv": None, "deformed_mask_dir": s01.deformed_masks_root,
+            "chexmask_dir": Path(cfg.path.chexmask_path or s01.chexmask_dir),
+            "cxas_dir": Path(cfg.path.cxas_mask_path or s01.cxas_dir),
+            "cxr_dir": Path(cfg.path.mimic_cxr_path)}
+
+
+def _tiny_inputs(root: Path) -> dict[str, Path | None]:
+    """The QAInputs fields (less ``output_dir``) of the Stage 02 tests' hand-built inputs."""
+    spec = importlib.util.spec_from_file_location(
+        "stage02_qa_cases", repo_root() / "tests" / "qa" / "qa_cases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    paths = module.build_inputs(root)
+    return {"deformation_results_json": paths["deformation_results_json"],
+            "positive_labeling_sheet": paths["positive_labeling_sheet"],
+            "negative_labeling_sheet": paths["negative_labeling_sheet"],
+            "positive_annotation_csv": None, "negative_annotation_csv": None,
+            "deformed_mask_dir": paths["deformed_mask_dir"],
+            "chexmask_dir": paths["chexmask_dir"], "cxas_dir": paths["cxas_dir"],
+            "cxr_dir": paths["cxr_dir"]}
+
+
+def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, default=repo_root() / "outputs" / "sample_test",
@@ -39,31 +75,33 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="Worker counts to time (default: 1 2).")
     parser.add_argument("--repeats", type=int, default=3, help="Runs per count (default: 3).")
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true",
+                        help="A smoke run of seconds on the Stage 02 tests' hand-built inputs "
+                             "(--work-dir is not read), one worker, one run; overrides "
+                             "--workers and --repeats (default: off).")
+    args = parser.parse_args(argv)
     work = args.work_dir.resolve()
     os.environ["CHEXPERCEPT_WORK_DIR"] = str(work)
     cfg = load_chexpercept_config(args.config)
-    s00, s01 = CurationLayout(work / "00_source_data_curation"), DeformationLayout(
-        work / "01_mask_deformation")
-    if not s01.results_json.is_file():
-        print(f"no Stage 01 results in {work}; run `bash sample_test.sh` first", file=sys.stderr)
-        return 2
-    print(f"Stage 02 on {work} ({os.cpu_count()} CPU(s))")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.tiny:
+            args.workers, args.repeats = [1], 1
+            fields = _tiny_inputs(Path(tmp) / "inputs")
+            print(f"Stage 02 on tests/qa/qa_cases.py's inputs ({os.cpu_count()} CPU(s))")
+        else:
+            fields = _sample_test_inputs(work, cfg)
+            if fields is None:
+                print(f"no Stage 01 results in {work}; run `bash sample_test.sh` first (or "
+                      f"use --tiny)", file=sys.stderr)
+                return 2
+            print(f"Stage 02 on {work} ({os.cpu_count()} CPU(s))")
         last_out = None
         runs = [(w, True) for w in args.workers] + [(args.workers[0], False)]
         for workers, figures in runs:
             rates = []
             for r in range(args.repeats):
                 out = Path(tmp) / f"w{workers}_{r}_{int(figures)}"
-                inputs = QAInputs(
-                    deformation_results_json=s01.results_json,
-                    positive_labeling_sheet=s00.positive_sheet(),
-                    negative_labeling_sheet=s00.negative_sheet, positive_annotation_csv=None,
-                    negative_annotation_csv=None, deformed_mask_dir=s01.deformed_masks_root,
-                    chexmask_dir=Path(cfg.path.chexmask_path or s01.chexmask_dir),
-                    cxas_dir=Path(cfg.path.cxas_mask_path or s01.cxas_dir),
-                    cxr_dir=Path(cfg.path.mimic_cxr_path), output_dir=out)
+                inputs = QAInputs(**fields, output_dir=out)
                 t0 = time.perf_counter()
                 report = generate_qa(inputs, seed=cfg.seed,
                                      ratios=cfg.qa_generation.no_deformation_ratio,
