@@ -6,11 +6,13 @@ cases repeated, every image one of 16 1024 x 1024 RGB PNGs of a smooth gradient 
 first ``unpack_parquet_bundle`` (what Stage 03 does once per dataset), a second one in the same
 process (memoised digest) and one as a new process finds it (the digest of every shard, then the
 cached copy), and ``load_bundle`` + ``validate_bundle`` of the unpacked copy, and
-prints sizes. No assertion on timings.
+prints sizes. No assertion on timings. ``--tiny``: a smoke run of seconds (the seven cases
+once, two distinct images; making the 16 images alone takes about 8 s on 2 cores).
 
 Usage::
 
     python benchmarks/bench_hf_export.py [--cases 70] [--max-shard-mb 256] [--keep DIR]
+    python benchmarks/bench_hf_export.py --tiny
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,8 +57,11 @@ def _image(seed: int) -> Image.Image:
     return Image.fromarray(np.stack([gray] * 3, axis=-1))
 
 
-def build(root: Path, cases: int) -> Path:
-    """A bundle of ``cases`` cases (the test bundle's seven, renamed) with 1024 px images."""
+def build(root: Path, cases: int, distinct: int = 16) -> Path:
+    """A bundle of ``cases`` cases (the test bundle's seven, renamed) with 1024 px images.
+
+    Every image is one of ``distinct`` different PNGs.
+    """
     fixture = _fixture()
     names = list(fixture.CASES)
     chosen = {}
@@ -70,7 +76,7 @@ def build(root: Path, cases: int) -> Path:
         encoding="utf-8")
     encoded = {}
     for i, path in enumerate(sorted((bench / "chexpercept").rglob("*.png"))):
-        seed = i % 16  # 16 distinct images, encoded once
+        seed = i % distinct  # each distinct image encoded once
         if seed not in encoded:
             buf = io.BytesIO()
             _image(seed).save(buf, format="PNG")
@@ -83,17 +89,23 @@ def _size_mb(paths) -> float:
     return sum(p.stat().st_size for p in paths) / 2**20
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=70, help="cases (default: %(default)s)")
     parser.add_argument("--max-shard-mb", type=float, default=256,
                         help="shard bound in MiB (default: %(default)s)")
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep it")
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true",
+                        help="a smoke run of seconds: 7 cases, 2 distinct images; overrides "
+                             "--cases (default: off)")
+    args = parser.parse_args(argv)
+    distinct = 16
+    if args.tiny:
+        args.cases, distinct = 7, 2
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_hf_export_"))
     os.environ["CHEXPERCEPT_CACHE_DIR"] = str(work / "cache")
     t0 = time.perf_counter()
-    bench = build(work / "bench", args.cases)
+    bench = build(work / "bench", args.cases, distinct)
     print(f"bundle: {args.cases} cases, {_size_mb(bench.rglob('*.png')):.1f} MiB of PNGs "
           f"(built in {time.perf_counter() - t0:.1f} s)")
     t0 = time.perf_counter()
@@ -117,7 +129,8 @@ def main() -> None:
     print(f"load+validate:  {time.perf_counter() - t0:6.2f} s  (the folder path, for scale)")
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
