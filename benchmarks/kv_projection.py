@@ -241,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp) / "bench"
         bundle_mod.write_bundle(root)
         for i, (key_id, item) in enumerate(bundle_mod.load_items(root).items()):
-            rng = np.random.default_rng([0, i])
+            # only the size counts (the image rule); a flat image encodes and verifies in a
+            # fraction of the time random pixels take (the whole projection: 1.4 s, not 5 s)
             for rel in bundle_mod.image_relpaths(key_id, item):
-                pixels = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+                pixels = np.full((IMAGE_SIZE, IMAGE_SIZE, 3), i % 256, dtype=np.uint8)
                 Image.fromarray(pixels).save(root / "chexpercept" / key_id / rel)
         rows = [project(arch, root, gpu, args.utilization, args.reserve_gb, args.reply_tokens)
                 for arch in (*ARCHS, *args.model) for gpu in args.gpu_gb]
