@@ -5,10 +5,10 @@ block), how the suite runs it: a tiny command line and a line its output must ho
 file that already runs it. A script added without an entry fails
 ``test_every_benchmark_script_has_an_entry``. Each run is a subprocess of this interpreter from
 the repository root (``--help`` of every script, then the tiny setting; 120 s at most, the real
-vLLM runs 600 s), with no network and no GPU; a script that needs vLLM (the engine venv), Ray or Chromium runs its tiny setting only
-where that is here and is skipped with the reason otherwise (Ray and Chromium fail instead
-under ``CI=true``, where CI installs them). Asserts the exit code and the output line, never
-a timing (benchmarks/README.md).
+vLLM runs 600 s), with no network and no GPU. A script that needs vLLM (the engine venv), Ray or
+Chromium runs its tiny setting only where that is here and is skipped with the reason otherwise
+(Ray and Chromium fail instead under ``CI=true``, where CI installs them). Asserts the exit code
+and the output line, never a timing (benchmarks/README.md).
 """
 
 from __future__ import annotations
