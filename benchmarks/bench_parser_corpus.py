@@ -1,9 +1,10 @@
 """How closely the Stage 03 answer parser reads replies as a careful human reader does.
 
-Runs ``chexpercept.evaluation.parsing.parse_answer`` over the held-out corpus of
-``tests/evaluation/parser_corpus.py`` (raw replies of nine model families, each with the option
-set a careful human reads, or none where a human would not commit) and prints, per family and
-in total:
+Runs ``chexpercept.evaluation.parsing.parse_answer`` over a corpus of raw replies, each with
+the option set a careful human reads (or none where a human would not commit):
+``--corpus main`` (``tests/evaluation/parser_corpus.py``, nine model families) or
+``--corpus heldout`` (``tests/evaluation/parser_corpus_heldout.py``, ten other families, written
+by another author), and prints, per family and in total:
 
 - rows;
 - read as a human reads: status ``ok`` with the human's answer, or a status other than ``ok``
@@ -19,7 +20,7 @@ corpus itself is malformed.
 
 Usage::
 
-    python benchmarks/bench_parser_corpus.py [--tiny] [--show-misses]
+    python benchmarks/bench_parser_corpus.py [--corpus main|heldout] [--tiny] [--show-misses]
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ if str(CORPUS_DIR) not in sys.path:  # parser_corpus imports its sibling parser_
     sys.path.insert(0, str(CORPUS_DIR))
 
 import parser_corpus  # noqa: E402  (needs the path above)
+import parser_corpus_heldout  # noqa: E402
 from parser_corpus import CorpusReply  # noqa: E402
+
+#: ``--corpus`` name -> the corpus module (CORPUS, FAMILIES, problems()).
+CORPORA = {"main": parser_corpus, "heldout": parser_corpus_heldout}
 
 READ, REFUSED_CLEAR, WRONG_OK = "read", "refused though clear", "wrong with status ok"
 OUTCOMES = (READ, REFUSED_CLEAR, WRONG_OK)
@@ -74,9 +79,10 @@ def _pct(k: int, n: int) -> str:
     return f"{100 * k / n:5.1f}%" if n else "    -"
 
 
-def table(results: list[tuple[CorpusReply, ParsedAnswer, str]]) -> str:
-    """The per-family and total table of outcomes."""
-    families = [f for f in parser_corpus.FAMILIES if any(r.family == f for r, _, _ in results)]
+def table(results: list[tuple[CorpusReply, ParsedAnswer, str]],
+          families: tuple[str, ...] = parser_corpus.FAMILIES) -> str:
+    """The per-family and total table of outcomes (``families`` in table order)."""
+    families = tuple(f for f in families if any(r.family == f for r, _, _ in results))
     head = (f"{'family':<18}{'rows':>5}{'clear':>6}{'none':>5}   {'read as human':>14}"
             f"   {'refused though clear':>21}   {'wrong with status ok':>21}")
     lines = [head, "-" * len(head)]
@@ -99,17 +105,19 @@ def table(results: list[tuple[CorpusReply, ParsedAnswer, str]]) -> str:
     return "\n".join(lines)
 
 
-def misses(results: list[tuple[CorpusReply, ParsedAnswer, str]]) -> str:
+def misses(results: list[tuple[CorpusReply, ParsedAnswer, str]],
+           corpus: list[CorpusReply] = parser_corpus.CORPUS) -> str:
     """Every row not read as a human reads it, with its raw text, parse and detail."""
     blocks = []
     for row, parsed, result in results:
         if result == READ:
             continue
-        i = parser_corpus.CORPUS.index(row)  # the row's index in the corpus
+        i = corpus.index(row)  # the row's index in the corpus
         raw = "\n".join("    | " + line for line in row.raw.splitlines())
+        question = f", {row.points_question}" if row.kind == "points" else ""
         blocks.append(
             f"[{i}] {row.family} / {row.kind} ({'multi' if row.multi_select else 'single'}, "
-            f"finish={row.finish_reason}) -- {result}\n"
+            f"finish={row.finish_reason}{question}) -- {result}\n"
             f"    human: {row.human}   parser: {parsed.status} {parsed.answer}"
             f"   detail: {parsed.detail or '-'}\n"
             f"    note: {row.note or '-'}\n{raw}")
@@ -119,25 +127,29 @@ def misses(results: list[tuple[CorpusReply, ParsedAnswer, str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the table (and the misses with ``--show-misses``); 0, or 2 on a malformed corpus."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", choices=tuple(CORPORA), default="main",
+                        help="Which corpus of tests/evaluation/ (default: %(default)s).")
     parser.add_argument("--tiny", action="store_true",
                         help="Only the first 2 rows of each family (a smoke run for the tests).")
     parser.add_argument("--show-misses", action="store_true",
                         help="Print every row not read as a human reads it, with its raw text, "
                              "the parse and its detail.")
     args = parser.parse_args(argv)
-    bad = parser_corpus.problems()
+    module = CORPORA[args.corpus]
+    bad = module.problems()
     if bad:
-        print("error: malformed corpus (tests/evaluation/parser_corpus.py):", file=sys.stderr)
+        print(f"error: malformed corpus (tests/evaluation/{module.__name__}.py):",
+              file=sys.stderr)
         for problem in bad:
             print(f"  {problem}", file=sys.stderr)
         return 2
-    rows = tiny(parser_corpus.CORPUS) if args.tiny else list(parser_corpus.CORPUS)
+    rows = tiny(module.CORPUS) if args.tiny else list(module.CORPUS)
     results = evaluate(rows)
-    print(f"parser corpus: {len(rows)} replies{' (--tiny)' if args.tiny else ''}")
-    print(table(results))
+    print(f"parser corpus {args.corpus}: {len(rows)} replies{' (--tiny)' if args.tiny else ''}")
+    print(table(results, module.FAMILIES))
     if args.show_misses:
         print()
-        print(misses(results))
+        print(misses(results, module.CORPUS))
     return 0
 
 

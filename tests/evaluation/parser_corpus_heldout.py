@@ -10,7 +10,7 @@ consolidation, right lung). They were written before running the parser on them 
 ``human`` readings were not changed after seeing what it returns. Replies that a careful reader
 could take either way (a bare letter, a finding that only implies an option) were left out.
 
-``benchmarks/bench_parser_heldout.py`` measures the parser against this corpus. It is not part
+``benchmarks/bench_parser_corpus.py --corpus heldout`` measures the parser against this corpus. It is not part
 of the test suite's thresholds.
 """
 

@@ -17,7 +17,7 @@ from parser_corpus_heldout import CORPUS
 
 from chexpercept.evaluation.parsing import OK, parse_answer
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_parser_heldout.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_parser_corpus.py"
 #: The share of clear rows that may be refused (measured: 5 of 133, 3.8 %).
 MAX_REFUSED_CLEAR = 0.05
 
@@ -37,7 +37,7 @@ def test_few_clear_replies_are_refused():
 
 
 def test_benchmark_tiny_setting_runs():
-    done = subprocess.run([sys.executable, str(BENCH), "--tiny"], capture_output=True,
+    done = subprocess.run([sys.executable, str(BENCH), "--corpus", "heldout", "--tiny"], capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "total" in done.stdout

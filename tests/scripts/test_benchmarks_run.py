@@ -61,7 +61,6 @@ RUNS: dict[str, Tiny | Elsewhere] = {
     "bench_hf_export.py": Tiny(("--tiny",), "load+validate:"),
     "bench_parser.py": Tiny(("--n", "200", "--repeats", "1"), "responses/s; target"),
     "bench_parser_corpus.py": Elsewhere("tests/evaluation/test_parser_corpus.py"),
-    "bench_parser_heldout.py": Elsewhere("tests/evaluation/test_parser_corpus_heldout.py"),
     "bench_ray_replicas.py": Tiny(
         ("--cases", "10", "--replicas", "1", "--fixed-ms", "1", "--per-request-ms", "0"),
         "Ray overhead at 1 replica", needs="ray"),
