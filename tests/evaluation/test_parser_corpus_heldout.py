@@ -37,7 +37,7 @@ def test_few_clear_replies_are_refused():
 
 
 def test_benchmark_tiny_setting_runs():
-    done = subprocess.run([sys.executable, str(BENCH), "--corpus", "heldout", "--tiny"], capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, str(BENCH), "--corpus", "heldout", "--tiny"],
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "total" in done.stdout
