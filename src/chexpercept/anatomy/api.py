@@ -4,7 +4,7 @@
 :func:`generate_anatomy_masks`; a notebook can call it directly::
 
     from chexpercept.anatomy import generate_anatomy_masks
-    from chexpercept.schema import load_chexpercept_config
+    from chexpercept.config_schema import load_chexpercept_config
 
     run = generate_anatomy_masks(load_chexpercept_config("cfg/config_sample_test.yaml"))
     print(run.line())

@@ -3,8 +3,8 @@
 ``src/00_source_data_curation/NN_*.py`` parse their flags and call these; a notebook or a
 script can call them directly::
 
+    from chexpercept.config_schema import load_chexpercept_config
     from chexpercept.curation import sample_mimic_ils_cases
-    from chexpercept.schema import load_chexpercept_config
 
     report = sample_mimic_ils_cases(load_chexpercept_config("cfg/config_sample_test.yaml"))
     print(report.line())

@@ -1,13 +1,16 @@
 """Stage 01.01 as a Python API: ``deformed_masks/`` and ``deformation_results/`` from a config.
 
 ``src/01_mask_deformation/01_deform_mask.py`` parses its flags and calls :func:`deform_masks`;
-a notebook can call it directly::
+a notebook can call it directly, and a script under ``if __name__ == "__main__":`` (worker
+processes are spawned, and each imports the script again)::
 
+    from chexpercept.config_schema import load_chexpercept_config
     from chexpercept.deformation import deform_masks
-    from chexpercept.schema import load_chexpercept_config
 
-    run = deform_masks(load_chexpercept_config("cfg/config_sample_test.yaml"), num_workers=2)
-    print(run.summary.line())
+    if __name__ == "__main__":
+        cfg = load_chexpercept_config("cfg/config_sample_test.yaml")
+        run = deform_masks(cfg, num_workers=2)
+        print(run.summary.line())
 
 What is written and how a case is deformed: docs/deformation.md ("Outputs").
 """

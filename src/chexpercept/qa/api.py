@@ -1,14 +1,16 @@
 """Stage 02 as a Python API: QA generation, benchmark export and bundle validation, from a config.
 
 ``src/02_qa_generation/NN_*.py`` parse their flags and call these; a notebook or a script can
-call them directly::
+call them directly (a script under ``if __name__ == "__main__":``: worker processes are
+spawned, and each imports the script again)::
 
+    from chexpercept.config_schema import load_chexpercept_config
     from chexpercept.qa import export_benchmark_from_config, generate_qa_from_config
-    from chexpercept.schema import load_chexpercept_config
 
-    cfg = load_chexpercept_config("cfg/config_sample_test.yaml")
-    print(generate_qa_from_config(cfg, num_workers=2).lines()[0])
-    print(export_benchmark_from_config(cfg, benchmark_dir="outputs/bench").lines()[0])
+    if __name__ == "__main__":
+        cfg = load_chexpercept_config("cfg/config_sample_test.yaml")
+        print(generate_qa_from_config(cfg, num_workers=2).lines()[0])
+        print(export_benchmark_from_config(cfg, benchmark_dir="outputs/bench").lines()[0])
 
 They resolve every input from the Stage 00 / Stage 01 output folders of ``path.work_dir``
 (or the ``src/NN_*/outputs`` defaults) unless given, and call :func:`~chexpercept.qa.generate_qa`
