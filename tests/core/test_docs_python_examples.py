@@ -162,6 +162,11 @@ def python_examples() -> list[Example]:
     return found
 
 
+def _doc(name: str) -> str:
+    """The repository path of docs page ``name`` (as :attr:`Example.source` holds it)."""
+    return f"docs/{name}.md"
+
+
 @dataclass(frozen=True)
 class Step:
     """One example of a chain and what it must leave behind.
@@ -237,13 +242,13 @@ CHAINS: dict[str, Chain] = {
     )),
     # the same from docs/python_api.md, in one block
     "python_api_evaluate": Chain("bundle", (
-        Step(("docs/python_api.md", "from chexpercept.evaluation.api import evaluate"),
+        Step((_doc("python_api"), "from chexpercept.evaluation.api import evaluate"),
              expect=("outputs/03/random_baseline/oracle_none/all_results.json",
                      "outputs/04/all_models_oracle_none/report.md"),
              prints=("cases: 7/7 finished", "random_baseline")),
     )),
     # the build stages on the sample config, each from its api.py docstring, then the
-    # Stage 02 export of docs/python_api.md
+    # Stage 02 export (docs/python_api.md)
     "build_stages": Chain("repository", (
         Step(("src/chexpercept/curation/api.py",
               "from chexpercept.config_schema import load_chexpercept_config"),
@@ -260,14 +265,14 @@ CHAINS: dict[str, Chain] = {
         Step(("src/chexpercept/qa/api.py",
               "from chexpercept.config_schema import load_chexpercept_config"),
              expect=(f"{S02}/qa_results/qa_results.json", "outputs/bench/chexpercept.json")),
-        Step(("docs/python_api.md",
+        Step((_doc("python_api"),
               "from chexpercept.config_schema import load_chexpercept_config"),
              expect=("outputs/bench/chexpercept.json", "outputs/bench/stats.csv"),
              prints=("0 file(s) linked",)),
     )),
     # a provider built from a config object and from the factory (no request is sent)
     "provider_settings": Chain("empty", (
-        Step(("docs/engines.md", "from utils.llm import create_model")),
+        Step((_doc("engines"), "from utils.llm import create_model")),
     )),
 }
 #: Examples that cannot run here, and why (none at present: every example runs).
