@@ -10,7 +10,7 @@ run (docs/integrations.md, "inspect_ai"). A sample that failed in inspect is wri
 
 Example:
     python src/03_eval_vlm_on_chexpercept/02_import_inspect_log.py \
-        --log logs/2026-12-03T10-00-00_chexpercept_XXXX.eval \
+        --log outputs/inspect_logs/2026-12-03T10-00-00_chexpercept_XXXX.eval \
         --output-path src/03_eval_vlm_on_chexpercept/outputs
 """
 

@@ -145,13 +145,14 @@ RUNS: dict[tuple[str, str], Run] = {
     # inspect_ai against a loopback server, then its log as a Stage 03 run folder
     ("README.md", INSPECT_LINE): Run(
         substitutions=(("NAME", "loopback-vlm"), ("PORT", "{port}"),
-                       ("logs/<the .eval file>", '"$(ls logs/*.eval)"')),
+                       ("outputs/inspect_logs/<the .eval file>",
+                        '"$(ls outputs/inspect_logs/*.eval)"')),
         servers={"port": "loopback-vlm"},
-        expect=("logs/*.eval", "src/03_eval_vlm_on_chexpercept/outputs/"
+        expect=("outputs/inspect_logs/*.eval", "src/03_eval_vlm_on_chexpercept/outputs/"
                 "inspect_openai-api--local--loopback-vlm/oracle_implicit/all_results.json")),
     (_doc("integrations"), "export LOCAL_API_KEY=EMPTY    # or the server's key"): Run(
         substitutions=(("NAME", "loopback-vlm"), ("PORT", "{port}")),
-        servers={"port": "loopback-vlm"}, expect=("logs/*.eval",)),
+        servers={"port": "loopback-vlm"}, expect=("outputs/inspect_logs/*.eval",)),
     # Stage 04's synopsis: every run of a results folder, all-models mode
     ("README.md", "python src/04_analyze_eval_result/01_analyze_model_performance.py "
                   "--results-dir DIR --oracle_setting S \\"): Run(
