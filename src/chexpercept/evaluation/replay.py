@@ -24,6 +24,7 @@ from typing import Any
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.evaluation.cases import Bundle, EvalCase, load_bundle, validate_bundle
 from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome, request_id
+from chexpercept.evaluation.option_order import apply_option_order
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.runner import run_evaluation
 from chexpercept.evaluation.session import EvalSettings, RunSummary, score_completion
@@ -52,6 +53,9 @@ class RecordedReply:
         user_text: The user text the harness sent for this turn (oracle paragraph, preamble
             and question), or None; :class:`RecordedModel` refuses a table whose text differs
             from the request Stage 03 builds.
+        top_logprobs: The reply's token log-probabilities (``--option-probs``; one
+            :data:`utils.llm.base.TokenTopLogprobs` per generated token), or None when none
+            were asked for or none came back (the turn's ``option_probs`` is then ``missing``).
     """
 
     request_id: str
@@ -61,6 +65,7 @@ class RecordedReply:
     usage: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
     user_text: str | None = None
+    top_logprobs: Sequence[tuple[str, Mapping[str, float]]] | None = None
 
     def __post_init__(self) -> None:
         if self.status != FAULT and self.status not in COMPLETION_STATUSES:
@@ -70,15 +75,21 @@ class RecordedReply:
     def completion(self) -> Completion:
         """The reply as a provider's :class:`~utils.llm.base.Completion`."""
         usage = Usage(*(int(self.usage.get(k, 0)) for k in _USAGE_KEYS))
+        steps = None if self.top_logprobs is None else [
+            (str(token), {str(k): float(v) for k, v in top.items()})
+            for token, top in self.top_logprobs]
         return Completion(text=self.text, status=self.status, finish_reason=self.finish_reason,
-                          usage=usage, error=self.error)
+                          usage=usage, error=self.error, top_logprobs=steps)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (:meth:`from_json` reads it back)."""
-        return {"request_id": self.request_id, "text": self.text, "status": self.status,
-                "finish_reason": self.finish_reason,
-                "usage": {k: int(self.usage.get(k, 0)) for k in _USAGE_KEYS},
-                "error": self.error, "user_text": self.user_text}
+        """A JSON-ready dict (:meth:`from_json` reads it back; ``top_logprobs`` only when set)."""
+        out = {"request_id": self.request_id, "text": self.text, "status": self.status,
+               "finish_reason": self.finish_reason,
+               "usage": {k: int(self.usage.get(k, 0)) for k in _USAGE_KEYS},
+               "error": self.error, "user_text": self.user_text}
+        if self.top_logprobs is not None:
+            out["top_logprobs"] = [[token, dict(top)] for token, top in self.top_logprobs]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RecordedReply:
@@ -95,11 +106,15 @@ class RecordedReply:
             text = data["text"]  # to_json always writes it; a missing or null one is no reply
             if not isinstance(text, str):
                 raise TypeError(f"text {text!r} is not a string")
+            steps = data.get("top_logprobs")
+            if steps is not None:
+                steps = tuple((str(token), {str(k): float(v) for k, v in dict(top).items()})
+                              for token, top in steps)
             return cls(request_id=str(data["request_id"]), text=text,
                        status=str(data.get("status", "ok")),
                        finish_reason=data.get("finish_reason"),
                        usage=dict(data.get("usage") or {}), error=data.get("error"),
-                       user_text=data.get("user_text"))
+                       user_text=data.get("user_text"), top_logprobs=steps)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SchemaError(f"{where}: not a recorded reply ({exc!r}): {data!r:.300}") \
                 from exc
@@ -129,7 +144,7 @@ def answer_turn(dialogue: Dialogue, prepared: PreparedTurn,
 
 
 def replay_case(case: EvalCase, oracle_setting: str,
-                replies: Sequence[RecordedReply]) -> Dialogue:
+                replies: Sequence[RecordedReply], sample: int = 0) -> Dialogue:
     """Rebuild a case's conversation from its replies, in turn order.
 
     Each reply goes through :func:`answer_turn`, so the oracle context of every turn is
@@ -139,12 +154,13 @@ def replay_case(case: EvalCase, oracle_setting: str,
         case: The planned case.
         oracle_setting: ``none``, ``implicit`` or ``explicit``.
         replies: Its answered turns in dialogue order (a prefix of the case's turns).
+        sample: Sample index of a ``--samples K`` run (its request ids end ``/sample<k>``).
 
     Raises:
         ValueError: If a reply is a fault, is not the next turn's, or there are more replies
             than turns.
     """
-    dialogue = Dialogue(case, oracle_setting)
+    dialogue = Dialogue(case, oracle_setting, sample=sample)
     for reply in replies:
         if dialogue.finished:
             raise ValueError(f"{case.key_id}: more replies than the case has turns "
@@ -188,22 +204,27 @@ class RecordedModel(ChatModel):
         label: The provider name recorded in the manifest (``provider_settings``).
         errors: key_id -> why the harness got no further answer for the case (the fault
             recorded for its next turn); other missing replies get a generic reason.
+        settings: Generation settings the harness was given (e.g. ``temperature``), recorded
+            in the manifest's ``provider_settings`` as a Stage 03 provider records its own.
     """
 
     kind = "engine"
     description = "replies recorded by an external harness"
 
     def __init__(self, model: str, replies: Mapping[str, RecordedReply], *, source: str,
-                 label: str, errors: Mapping[str, str] | None = None) -> None:
+                 label: str, errors: Mapping[str, str] | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         super().__init__(model)
         self.provider = label
         self.replies = dict(replies)
         self.source = source
         self.errors = dict(errors or {})
+        self.settings = dict(settings or {})
 
     def describe(self) -> dict[str, Any]:
-        """Provider, model and the replies' source (compared on resume)."""
-        return {"provider": self.provider, "model": self.model, "source": self.source}
+        """Provider, model, the replies' source and the harness's settings (compared on resume)."""
+        return {"provider": self.provider, "model": self.model, "source": self.source,
+                **self.settings}
 
     def generate(self, requests: list[TurnRequest]) -> list[Completion]:
         """The recorded reply of each request, or a fault when there is none.
@@ -232,7 +253,9 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
                        key_ids: Sequence[str], output_path: str | Path, provider: str,
                        model: str, oracle_setting: str, source: str,
                        errors: Mapping[str, str] | None = None,
-                       overwrite: bool = False) -> RunSummary:
+                       overwrite: bool = False, option_order: str = "release", seed: int = 0,
+                       samples: int = 1, option_probs: bool = False,
+                       provider_settings: Mapping[str, Any] | None = None) -> RunSummary:
     """Write the Stage 03 run folder of recorded replies (see the module docstring).
 
     The run folder is ``layouts.eval_run_dir(output_path, provider, model, oracle_setting)``;
@@ -252,6 +275,14 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
         source: What the replies are (recorded in the manifest).
         errors: key_id -> why the harness got no further answer (:class:`RecordedModel`).
         overwrite: Replace an earlier run folder of the same name.
+        option_order: The option order the replies were obtained under (``--option-order``;
+            the turns are planned by :func:`~chexpercept.evaluation.option_order.apply_option_order`
+            with ``seed``, as in Stage 03).
+        seed: The run seed (shuffled orders, sample seeds; recorded in the manifest).
+        samples: K of ``--samples K`` (sample k's replies carry ``/sample<k>`` request ids).
+        option_probs: The replies carry token log-probabilities (``--option-probs``); every
+            turn's ``option_probs`` is computed from them as Stage 03 computes it.
+        provider_settings: Generation settings recorded in the manifest (:class:`RecordedModel`).
 
     Returns:
         The run summary (``all_results_path``, ``unfinished``).
@@ -274,13 +305,18 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
         if reply.request_id in table:  # one would silently replace the other
             raise SchemaError(f"{source}: two replies recorded for {reply.request_id}")
         table[reply.request_id] = reply
-    asked = {request_id(c.key_id, t.spec.name) for c in cases for t in c.turns}
+    planned = [apply_option_order(c, option_order, seed) for c in cases]
+    asked = {request_id(c.key_id, t.spec.name, k) for c in planned for t in c.turns
+             for k in range(samples)}
     stray = sorted(set(table) - asked)
     if stray:  # a turn Stage 03 never asks: another benchmark, path or harness version
         raise SchemaError(f"{source}: {len(stray)} reply(ies) to turns Stage 03 does not ask "
                           f"of these cases, e.g. {stray[0]}")
-    recorded = RecordedModel(model, table, source=source, label=provider, errors=errors)
+    recorded = RecordedModel(model, table, source=source, label=provider, errors=errors,
+                             settings=provider_settings)
     settings = EvalSettings(provider=provider, model=model, oracle_setting=oracle_setting,
-                            max_consecutive_faults=0, save_every=max(1, len(cases)))
+                            max_consecutive_faults=0, save_every=max(1, len(cases)),
+                            option_order=option_order, seed=seed, samples=samples,
+                            option_probs=option_probs)
     run_dir = eval_run_dir(output_path, provider, model, oracle_setting)
     return run_evaluation(bundle, cases, recorded, settings, run_dir, overwrite=overwrite)
