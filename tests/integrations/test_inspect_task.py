@@ -4,8 +4,10 @@ The same scripted replies (a loopback OpenAI-compatible server whose reply is a 
 conversation's text) go through inspect's ``openai-api/local/NAME`` provider with a base URL
 (``inspect_ai.eval`` in-process) and through ``00_eval.py --provider openai --base-url``; the
 per-case, per-stage correctness, the turns asked and the parses must agree under ``none`` and
-``implicit``, and the eval log converted to a run folder must give Stage 03's
-``all_results.json``. No network: inspect's log dir is in tmp_path and nothing phones home
+``implicit`` (and under ``shuffled`` and ``circular`` option orders), and the eval log
+converted to a run folder must give Stage 03's ``all_results.json`` and manifest protocol; so
+must ``samples=2`` with a temperature (both sample files) and ``option_probs``.
+No network: inspect's log dir is in tmp_path and nothing phones home
 (no telemetry or api-key hook; the openai-api provider counts no tokens with tiktoken).
 """
 
@@ -92,25 +94,31 @@ def offline_inspect(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run_inspect(server, bench: Path, oracle_setting: str, log_dir: Path, **kwargs: Any):
-    """``inspect eval`` of the task file against the loopback server; returns the log."""
+def run_inspect(server, bench: Path, oracle_setting: str, log_dir: Path | None, *,
+                task_args: dict[str, Any] | None = None, **kwargs: Any):
+    """``inspect eval`` of the task file against the loopback server; returns the log.
+
+    ``log_dir`` None leaves inspect's own default (``INSPECT_LOG_DIR``, else ``./logs``).
+    """
     from inspect_ai import eval as inspect_eval
 
     logs = inspect_eval(TASK_FILE, model=f"openai-api/local/{MODEL}",
                         model_base_url=server.base_url,
                         task_args={"benchmark_dir": str(bench),
-                                   "oracle_setting": oracle_setting},
-                        log_dir=str(log_dir), display="none", **kwargs)
+                                   "oracle_setting": oracle_setting, **(task_args or {})},
+                        **({} if log_dir is None else {"log_dir": str(log_dir)}),
+                        display="none", **kwargs)
     assert len(logs) == 1
     return logs[0]
 
 
-def run_stage03(server, bench: Path, oracle_setting: str, out: Path) -> Path:
+def run_stage03(server, bench: Path, oracle_setting: str, out: Path,
+                extra: tuple[str, ...] = ()) -> Path:
     """``00_eval.py --provider openai --base-url`` against the loopback server; its run dir."""
     script = runpy.run_path(str(REPO / "src" / "03_eval_vlm_on_chexpercept" / "00_eval.py"))
     argv = ["--provider", "openai", "--model", MODEL, "--base-url", server.base_url,
             "--benchmark-dir", str(bench), "--output-path", str(out), "--oracle_setting",
-            oracle_setting, "--no-progress", "--max-retries", "0"]
+            oracle_setting, "--no-progress", "--max-retries", "0", *extra]
     assert script["main"](argv) == 0
     return out / f"openai_{MODEL}" / f"oracle_{oracle_setting}"
 
@@ -125,14 +133,29 @@ def without_usage(results: dict[str, Any]) -> dict[str, Any]:
     return {k: {f: v for f, v in r.items() if f != "token_usage"} for k, r in results.items()}
 
 
-@pytest.mark.parametrize("oracle_setting", ["none", "implicit"])
-def test_inspect_and_stage03_agree_on_the_same_replies(offline_inspect, oracle_setting):
+#: Manifest fields that name a run's protocol (identity fields; docs/evaluation_protocol.md).
+PROTOCOL_FIELDS = ("oracle_setting", "option_order", "seed", "option_probs", "sampling",
+                   "benchmark_json_sha256", "system_prompt_sha256", "protocol_version")
+
+
+def protocol(run_dir: Path) -> dict[str, Any]:
+    manifest = json.loads((run_dir / "run_manifest.json").read_text(encoding="utf-8"))
+    return {f: manifest.get(f) for f in PROTOCOL_FIELDS}
+
+
+@pytest.mark.parametrize("oracle_setting, option_order", [
+    ("none", "release"), ("implicit", "release"), ("implicit", "shuffled"),
+    ("none", "circular")])
+def test_inspect_and_stage03_agree_on_the_same_replies(offline_inspect, oracle_setting,
+                                                       option_order):
     tmp = offline_inspect
     bench = stage03_bundle.write_bundle(tmp / "bench")
     with loopback.LoopbackServer(answer=scripted_reply) as server:
-        log = run_inspect(server, bench, oracle_setting, tmp / "logs")
+        log = run_inspect(server, bench, oracle_setting, tmp / "logs",
+                          task_args={"option_order": option_order, "seed": 3})
         inspect_bodies = [s.body for s in server.chat_requests()]
-        run_dir = run_stage03(server, bench, oracle_setting, tmp / "out")
+        run_dir = run_stage03(server, bench, oracle_setting, tmp / "out",
+                              ("--option-order", option_order, "--seed", "3"))
         stage03_bodies = [s.body for s in server.chat_requests()[len(inspect_bodies):]]
 
     assert log.status == "success", log.error
@@ -165,6 +188,14 @@ def test_inspect_and_stage03_agree_on_the_same_replies(offline_inspect, oracle_s
     assert list(ours) == list(results)  # benchmark order
     assert without_usage(ours) == without_usage(results)
     assert converted.unfinished == {}
+    # the converted run names the protocol as Stage 03's manifest does (Stage 04 reads it)
+    assert protocol(converted.run_dir) == protocol(run_dir)
+    if option_order == "circular":  # the rotations were asked and scored, in both
+        assert any(block.get("circular_correct") is not None for r in ours.values()
+                   for block in r.values() if isinstance(block, dict))
+    if option_order == "shuffled":  # the options were shown reordered, in both
+        assert any(block.get("option_order") for r in ours.values()
+                   for block in r.values() if isinstance(block, dict))
 
 
 def test_a_turn_without_answer_fails_its_sample_and_is_written_unfinished(offline_inspect,
@@ -346,3 +377,106 @@ def test_a_relative_benchmark_dir_is_read_from_where_inspect_was_started(tmp_pat
     monkeypatch.delenv("PWD")
     with pytest.raises(InputError, match="PWD is not set.*give an absolute path"):
         resolve_benchmark_dir("outputs/bench")
+
+
+def text_logprobs(body: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """The loopback's log-probabilities, drawn from the conversation's texts only.
+
+    inspect adds ``"detail": "auto"`` to each image, which the default draw (the last user
+    message's JSON) would see; the texts are what both clients send alike.
+    """
+    user = {"role": "user", "content": "\x1e".join(conversation_texts(body))}
+    return loopback.default_logprobs({"messages": [user],
+                                      "top_logprobs": body.get("top_logprobs")}, text)
+
+
+def test_two_samples_with_temperature_give_stage03s_two_sample_files(offline_inspect):
+    from chexpercept.rng import sample_seed
+
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+    with loopback.LoopbackServer(answer=scripted_reply) as server:
+        log = run_inspect(server, bench, "implicit", tmp / "logs",
+                          task_args={"samples": 2, "temperature": 0.7, "seed": 3})
+        inspect_bodies = [s.body for s in server.chat_requests()]
+        run_dir = run_stage03(server, bench, "implicit", tmp / "out",
+                              ("--samples", "2", "--temperature", "0.7", "--seed", "3"))
+    assert log.status == "success", log.error
+    assert len(log.samples) == 2 * len(stage03_bundle.CASES)
+    # every request carried the temperature and its sample's own seed (chexpercept.rng)
+    assert {b["temperature"] for b in inspect_bodies} == {0.7}
+    assert {b["seed"] for b in inspect_bodies} == {sample_seed(3, 0), sample_seed(3, 1)}
+
+    converted = convert_inspect_log(log.location, tmp / "converted")
+    ours_dir = converted.run_dir
+    for name in ("all_results.json", "all_results_sample_1.json"):
+        ours = json.loads((ours_dir / name).read_text(encoding="utf-8"))
+        theirs = json.loads((run_dir / name).read_text(encoding="utf-8"))
+        assert without_usage(ours) == without_usage(theirs), name
+    assert not (ours_dir / "all_results_sample_2.json").exists()
+    assert protocol(ours_dir) == protocol(run_dir)
+    manifest = json.loads((ours_dir / "run_manifest.json").read_text(encoding="utf-8"))
+    assert manifest["sampling"] == {"samples": 2, "seeds": [sample_seed(3, 0),
+                                                            sample_seed(3, 1)]}
+    assert manifest["provider_settings"]["temperature"] == 0.7
+
+
+def test_option_probs_are_recorded_as_stage03_records_them(offline_inspect):
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+    with loopback.LoopbackServer(answer=scripted_reply, logprobs=text_logprobs) as server:
+        log = run_inspect(server, bench, "none", tmp / "logs",
+                          task_args={"option_probs": True, "option_order": "shuffled"})
+        inspect_bodies = [s.body for s in server.chat_requests()]
+        run_dir = run_stage03(server, bench, "none", tmp / "out",
+                              ("--option-probs", "--option-order", "shuffled"))
+    assert log.status == "success", log.error
+    assert all(b["logprobs"] is True and b["top_logprobs"] == 20 for b in inspect_bodies)
+    converted = convert_inspect_log(log.location, tmp / "converted")
+    ours = json.loads(converted.all_results_path.read_text(encoding="utf-8"))
+    theirs = json.loads((run_dir / "all_results.json").read_text(encoding="utf-8"))
+    assert without_usage(ours) == without_usage(theirs)
+    statuses = [json.loads(line).get("option_probs", {}).get("status") for line in
+                (converted.run_dir / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert "ok" in statuses and None not in statuses
+    assert protocol(converted.run_dir) == protocol(run_dir)
+    assert protocol(run_dir)["option_probs"] is True
+
+
+def test_what_the_task_cannot_honour_is_refused(tmp_path):
+    from chexpercept.errors import ConfigError
+    from chexpercept.integrations.inspect_task import check_provider, chexpercept
+
+    bench = str(stage03_bundle.write_bundle(tmp_path / "bench"))
+    with pytest.raises(ConfigError, match="--option-order must be one of"):
+        chexpercept(bench, option_order="reversed")
+    with pytest.raises(ConfigError, match="samples=2 needs temperature"):
+        chexpercept(bench, samples=2)
+    with pytest.raises(ConfigError, match="samples=2 needs temperature"):
+        chexpercept(bench, samples=2, temperature=0)
+    with pytest.raises(ConfigError, match="samples must be an integer >= 1"):
+        chexpercept(bench, samples=0)
+    with pytest.raises(ConfigError, match="option_probs must be true or false"):
+        chexpercept(bench, option_probs="maybe")
+    task = chexpercept(bench, samples=2, temperature=0.7)
+    assert len(task.dataset) == 2 * len(stage03_bundle.CASES)
+    # per-request seeds and log-probabilities: only where inspect's provider sends them
+    with pytest.raises(ConfigError, match="'anthropic' provider sends no seed per request"):
+        check_provider("anthropic/claude-sonnet-4-5", 2, False)
+    with pytest.raises(ConfigError, match="'anthropic' provider cannot return token log-prob"):
+        check_provider("anthropic/claude-sonnet-4-5", 1, True)
+    check_provider("openai-api/local/x", 2, True)
+    check_provider("anthropic/claude-sonnet-4-5", 1, False)
+
+
+def test_the_documented_inspect_commands_log_under_outputs(tmp_path):
+    """inspect's CLI defaults ``--log-dir`` to ``./logs`` (or ``INSPECT_LOG_DIR``) before any
+    task code runs, so the documented commands pass ``--log-dir outputs/inspect_logs``, a
+    git-ignored folder; ``logs/`` is git-ignored too for a command that leaves it out."""
+    for doc in ("README.md", "docs/integrations.md"):
+        text = (REPO / doc).read_text(encoding="utf-8")
+        blocks = [b for b in text.split("```") if "inspect eval " in b]
+        assert blocks and all("--log-dir outputs/inspect_logs" in b for b in blocks), doc
+    ignored = subprocess.run(["git", "check-ignore", "outputs/inspect_logs/x.eval",
+                              "logs/x.eval"], cwd=REPO, capture_output=True, text=True)
+    assert ignored.stdout.split() == ["outputs/inspect_logs/x.eval", "logs/x.eval"]

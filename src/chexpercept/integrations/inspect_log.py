@@ -7,7 +7,9 @@ Reads the log (``.eval`` or ``.json``) that ``inspect eval`` wrote for
 ``records.jsonl``, ``faults.jsonl`` and ``all_results.json`` in the release schema through
 Stage 03's own runner and run store (:func:`chexpercept.evaluation.replay.write_recorded_run`;
 docs/evaluation_protocol.md, "Run folder"), so Stage 04 and the viewer read it as any run
-(docs/integrations.md, "inspect_ai"). A sample that errored keeps the turns it answered and is
+(docs/integrations.md, "inspect_ai"). The task's ``option_order``, ``seed``, ``samples`` and
+``option_probs`` arguments go into the run's identity (``run_manifest.json``) as Stage 03
+records its flags of the same names. A sample that errored keeps the turns it answered and is
 written ``unfinished`` (Stage 04 counts it as missing, never as wrong).
 
 inspect_ai is imported when a log is read, not with this module.
@@ -46,7 +48,12 @@ class InspectRun:
         model: inspect's model name (``openai-api/local/NAME``, ``openai/gpt-5.4``, ...).
         benchmark_dir: The task's ``benchmark_dir`` argument.
         oracle_setting: The task's ``oracle_setting`` argument.
-        key_ids: The samples' key_ids, in log order.
+        option_order: The task's ``option_order`` argument (``release`` when absent).
+        samples: The task's ``samples`` argument (K; 1 when absent).
+        seed: The task's ``seed`` argument (the run seed; 0 when absent).
+        option_probs: The task's ``option_probs`` argument.
+        temperature: The task's ``temperature`` argument, or None (inspect's own setting).
+        key_ids: The samples' key_ids, in log order (each once).
         replies: Every sample's replies, in turn order.
         errors: key_id -> the sample's error, for samples that failed.
     """
@@ -58,6 +65,23 @@ class InspectRun:
     key_ids: list[str]
     replies: list[RecordedReply]
     errors: dict[str, str]
+    option_order: str = "release"
+    samples: int = 1
+    seed: int = 0
+    option_probs: bool = False
+    temperature: float | None = None
+
+    def protocol(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`write_recorded_run` that name the run's protocol.
+
+        The option order, seed, K and ``option_probs`` become the manifest's identity fields
+        as Stage 03 records them; a ``temperature`` task argument goes to
+        ``provider_settings``, where Stage 03's providers record theirs.
+        """
+        return {"option_order": self.option_order, "seed": self.seed, "samples": self.samples,
+                "option_probs": self.option_probs,
+                "provider_settings": {} if self.temperature is None
+                else {"temperature": self.temperature}}
 
 
 def _sample_replies(store: Mapping[str, Any], where: str) -> list[RecordedReply]:
@@ -99,21 +123,29 @@ def read_inspect_log(log_path: str | Path) -> InspectRun:
     replies: list[RecordedReply] = []
     errors: dict[str, str] = {}
     for sample in log.samples or []:
-        key_id = str(sample.id)
+        key_id = str((sample.metadata or {}).get("key_id", sample.id))
         if sample.epoch != 1:
-            raise SchemaError(f"{path}: sample {key_id} epoch {sample.epoch}: a Stage 03 run "
-                              f"asks each case once (run inspect with --epochs 1)")
-        key_ids.append(key_id)
-        replies += _sample_replies(sample.store or {}, f"{path}, sample {key_id}")
+            raise SchemaError(f"{path}: sample {sample.id} epoch {sample.epoch}: a Stage 03 "
+                              f"run asks each case once (run inspect with --epochs 1; for K "
+                              f"samples give the task argument samples=K)")
+        if key_id not in key_ids:
+            key_ids.append(key_id)
+        replies += _sample_replies(sample.store or {}, f"{path}, sample {sample.id}")
         if sample.error is not None:
-            errors[key_id] = str(sample.error.message)
+            errors.setdefault(key_id, str(sample.error.message))
     if not key_ids:
         raise InputError(f"{path}: the log holds no sample (status {log.status}; the converter "
                          f"needs the samples: run inspect without --no-log-samples)")
+    temperature = args.get("temperature")
     return InspectRun(log_path=path, model=str(spec.model),
                       benchmark_dir=str(args["benchmark_dir"]),
                       oracle_setting=str(args.get("oracle_setting", "implicit")),
-                      key_ids=key_ids, replies=replies, errors=errors)
+                      key_ids=key_ids, replies=replies, errors=errors,
+                      option_order=str(args.get("option_order", "release")),
+                      samples=int(args.get("samples", 1)), seed=int(args.get("seed", 0)),
+                      option_probs=str(args.get("option_probs", False)).lower()
+                      in ("true", "1", "yes"),
+                      temperature=None if temperature is None else float(temperature))
 
 
 def convert_inspect_log(log_path: str | Path, output_path: str | Path, *,
@@ -148,4 +180,4 @@ def convert_inspect_log(log_path: str | Path, output_path: str | Path, *,
                               provider=PROVIDER_LABEL, model=run.model,
                               oracle_setting=run.oracle_setting,
                               source=f"inspect_ai log {run.log_path.name}", errors=run.errors,
-                              overwrite=overwrite)
+                              overwrite=overwrite, **run.protocol())

@@ -19,7 +19,11 @@ whether every stage of its path is correct, with each stage's flag (``detection_
 turn's parse in the score's metadata. A turn that got no answer (inspect's retries ran out, or
 the model returned an error) is an error of the sample, never a scored answer
 (docs/engines.md, "Faults"). ``chexpercept.integrations.inspect_log`` writes a Stage 03 run
-folder from the eval log, for Stage 04 and the viewer.
+folder from the eval log, for Stage 04 and the viewer. Stage 03's ``--option-order``,
+``--samples`` / ``--temperature``, ``--seed`` and ``--option-probs`` are the task arguments of
+the same names (:func:`chexpercept`), planned and checked by Stage 03's own functions; what an
+inspect provider cannot honour (per-request seeds, log-probabilities) is refused
+(:func:`check_provider`).
 
 This is the only module that imports inspect_ai at its top (the extra ``[inspect]``).
 """
@@ -31,9 +35,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chexpercept.errors import InputError, MissingDependencyError
+from chexpercept.errors import ConfigError, InputError, MissingDependencyError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, select_key_ids, validate_bundle
 from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, Dialogue, PreparedTurn
+from chexpercept.evaluation.option_order import apply_option_order, check_option_order
+from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replay import (
     RecordedReply,
     answer_turn,
@@ -42,6 +48,8 @@ from chexpercept.evaluation.replay import (
     stage_flags,
 )
 from chexpercept.integrations.inspect_log import REPLIES_KEY, TASK_NAME
+from chexpercept.rng import sample_seed
+from utils.llm.openai_provider import chat_top_logprobs
 
 try:
     from inspect_ai import Task, task
@@ -63,6 +71,73 @@ except ImportError as exc:  # pragma: no cover - the extra is in dev
     raise MissingDependencyError(
         f"the inspect_ai task needs the Python package 'inspect_ai', which is not installed "
         f"({exc}). Install it with: pip install -e \".[inspect]\"") from exc
+
+#: inspect providers (the model name's first part) that send a seed with each request, so each
+#: of ``samples`` K > 1 gets its own seed (inspect's ``GenerateConfig.seed``: OpenAI, Google,
+#: Mistral, Groq, HuggingFace, vLLM; ``openai-api`` and ``sglang`` speak OpenAI's protocol).
+SEEDED_PROVIDERS: tuple[str, ...] = ("openai", "openai-api", "google", "mistral", "groq", "hf",
+                                     "vllm", "sglang")
+#: inspect providers that return the top log-probabilities ``option_probs`` needs (inspect's
+#: ``GenerateConfig.top_logprobs``: OpenAI, Grok, HuggingFace, vLLM, SGLang).
+LOGPROB_PROVIDERS: tuple[str, ...] = ("openai", "openai-api", "grok", "hf", "vllm", "sglang")
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A boolean task argument (``-T option_probs=true`` arrives as a bool or a string)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "none", ""):
+        return False
+    raise ConfigError(f"task argument {name} must be true or false, got {value!r}")
+
+
+def _integer(value: Any, name: str, minimum: int) -> int:
+    """An integer task argument >= ``minimum`` (names the argument)."""
+    try:
+        number = int(str(value)) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise ConfigError(f"task argument {name} must be an integer >= {minimum}, "
+                          f"got {value!r}")
+    return number
+
+
+def check_sampling(samples: int, temperature: float | None) -> None:
+    """Refuse ``samples`` K > 1 without ``temperature`` T > 0 (never K equal greedy answers).
+
+    Stage 03's rule for a provider that samples by temperature
+    (``utils.llm.base.ChatModel.sampling_refusal``; docs/evaluation_protocol.md, "Sampling").
+
+    Raises:
+        ConfigError: Naming the task arguments.
+    """
+    if samples > 1 and (temperature is None or not temperature > 0):
+        raise ConfigError(f"task argument samples={samples} needs temperature T > 0 (at "
+                          f"temperature 0 every sample is the same greedy answer): add "
+                          f"-T temperature=0.7, or use samples=1")
+
+
+def check_provider(model: str, samples: int, option_probs: bool) -> None:
+    """Refuse what the inspect provider of ``model`` cannot honour (per-request seeds, logprobs).
+
+    Raises:
+        ConfigError: For ``samples`` > 1 with a provider outside :data:`SEEDED_PROVIDERS`, or
+            ``option_probs`` with one outside :data:`LOGPROB_PROVIDERS` (names both lists).
+    """
+    provider = str(model).split("/", 1)[0]
+    if samples > 1 and provider not in SEEDED_PROVIDERS:
+        raise ConfigError(f"samples={samples}: inspect's {provider!r} provider sends no seed "
+                          f"per request, so the K samples' seeds Stage 03 records could not be "
+                          f"honoured; providers that can: {', '.join(SEEDED_PROVIDERS)}")
+    if option_probs and provider not in LOGPROB_PROVIDERS:
+        raise ConfigError(f"option_probs: inspect's {provider!r} provider cannot return token "
+                          f"log-probabilities (docs/metrics.md, 'Option probabilities and "
+                          f"AUROC'); providers that can: {', '.join(LOGPROB_PROVIDERS)}")
+
 
 def resolve_benchmark_dir(benchmark_dir: str | Path) -> Path:
     """``benchmark_dir`` as given to the task, a relative one resolved where inspect was run.
@@ -162,32 +237,70 @@ def recorded_reply(output: ModelOutput, prepared: PreparedTurn) -> RecordedReply
         "cached_input_tokens": usage.input_tokens_cache_read or 0,
         "output_tokens": usage.output_tokens,
         "thinking_tokens": usage.reasoning_tokens or 0}
+    logprobs = output.choices[0].logprobs
+    steps = None if logprobs is None else chat_top_logprobs(logprobs.model_dump())
     return RecordedReply(request_id=rid, text=output.completion, status=status,
-                         finish_reason=finish, usage=counts, user_text=prepared.text)
+                         finish_reason=finish, usage=counts, user_text=prepared.text,
+                         top_logprobs=steps)
 
 
-def case_sample(case: EvalCase) -> Sample:
-    """The inspect sample of a case: its first turn as input, its identity as metadata."""
+def sample_id(key_id: str, sample: int) -> str:
+    """The inspect sample id of a case's sample: its key_id, ``<key_id>/sample<k>`` for k >= 1."""
+    return f"{key_id}/sample{sample}" if sample else key_id
+
+
+def case_sample(case: EvalCase, sample: int = 0) -> Sample:
+    """The inspect sample of a case: its first turn as input, its identity as metadata.
+
+    Args:
+        case: The planned case (its turns as the option order shows them).
+        sample: Sample index of ``samples`` K (0: the one-sample run's).
+    """
     first = case.turns[0]
     content: list[Content] = [ContentText(text=first.question)]
     content += [ContentImage(image=str(path)) for path in first.images]
-    return Sample(input=[ChatMessageUser(content=content)], id=case.key_id,
+    return Sample(input=[ChatMessageUser(content=content)], id=sample_id(case.key_id, sample),
                   metadata={"key_id": case.key_id, "lesion": case.lesion,
-                            "qa_path": case.qa_path, "turns": len(case.turns)})
+                            "qa_path": case.qa_path, "turns": len(case.turns),
+                            "sample": sample})
+
+
+def sample_dialogue(cases: Mapping[str, EvalCase], oracle_setting: str, metadata: Mapping[str, Any],
+                    seeds: list[int] | None) -> Dialogue:
+    """The dialogue of an inspect sample: its case, and for ``samples`` K > 1 its seed."""
+    k = int(metadata.get("sample", 0))
+    return Dialogue(cases[str(metadata["key_id"])], oracle_setting, sample=k,
+                    seed=None if seeds is None else seeds[k])
 
 
 @solver
-def chexpercept_dialogue(cases: Mapping[str, EvalCase], oracle_setting: str):  # noqa: ANN201
-    """Ask every turn of the sample's case through ``generate``, as Stage 03 does."""
+def chexpercept_dialogue(cases: Mapping[str, EvalCase], oracle_setting: str,  # noqa: ANN201
+                         seeds: list[int] | None = None, temperature: float | None = None,
+                         option_probs: bool = False):
+    """Ask every turn of the sample's case through ``generate``, as Stage 03 does.
+
+    Args:
+        cases: key_id -> planned case (the option order applied).
+        oracle_setting: ``none``, ``implicit`` or ``explicit``.
+        seeds: The seed of each sample of ``samples`` K > 1 (``chexpercept.rng.sample_seed``),
+            sent with each of its requests; None: inspect's ``--seed``.
+        temperature: Sent with every request when given (else inspect's ``--temperature``).
+        option_probs: Ask for the top :data:`OPTION_PROBS_TOP_K` log-probabilities.
+    """
+    config: dict[str, Any] = {} if temperature is None else {"temperature": temperature}
+    if option_probs:
+        config.update(logprobs=True, top_logprobs=OPTION_PROBS_TOP_K)
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        dialogue = Dialogue(cases[str(state.sample_id)], oracle_setting)
+        check_provider(str(state.model), 1 if seeds is None else len(seeds), option_probs)
+        dialogue = sample_dialogue(cases, oracle_setting, state.metadata, seeds)
         replies: list[dict[str, Any]] = []
         inlined: dict[Path, str] = {}
         while not dialogue.finished:
             prepared = dialogue.prepare()
             state.messages = await chat_messages(prepared, inlined)
-            state = await generate(state)
+            seed = {} if dialogue.seed is None else {"seed": dialogue.seed}
+            state = await generate(state, **config, **seed)
             reply = recorded_reply(state.output, prepared)
             answer_turn(dialogue, prepared, reply)
             replies.append(reply.to_json())
@@ -198,14 +311,16 @@ def chexpercept_dialogue(cases: Mapping[str, EvalCase], oracle_setting: str):  #
 
 
 @scorer(metrics=[accuracy(), stderr()])
-def chexpercept_scorer(cases: Mapping[str, EvalCase], oracle_setting: str):  # noqa: ANN201
+def chexpercept_scorer(cases: Mapping[str, EvalCase], oracle_setting: str,  # noqa: ANN201
+                       seeds: list[int] | None = None):
     """1 when every stage of the case's path is correct; stage and turn flags in metadata."""
 
     async def score(state: TaskState, target: Target) -> Score:
-        case = cases[str(state.sample_id)]
+        base = sample_dialogue(cases, oracle_setting, state.metadata, seeds)
+        case = base.case
         where = f"sample {state.sample_id}"
         replies = [RecordedReply.from_json(r, where) for r in state.store.get(REPLIES_KEY, [])]
-        dialogue = replay_case(case, oracle_setting, replies)
+        dialogue = replay_case(case, oracle_setting, replies, sample=base.sample)
         if not dialogue.finished:
             raise TurnFault(f"{case.key_id}: {len(replies)} of {len(case.turns)} turns answered")
         result = case_result(dialogue, replies, str(state.model))
@@ -225,8 +340,13 @@ def chexpercept_scorer(cases: Mapping[str, EvalCase], oracle_setting: str):  # n
 
 @task(name=TASK_NAME)
 def chexpercept(benchmark_dir: str, oracle_setting: str = "implicit",
-                limit: int | None = None) -> Task:
+                limit: int | None = None, option_order: str = "release", samples: int = 1,
+                temperature: float | None = None, seed: int = 0,
+                option_probs: bool = False) -> Task:
     """The CheXpercept benchmark as an inspect task (see the module docstring).
+
+    The arguments after ``limit`` mean what ``00_eval.py``'s flags of the same names mean
+    (docs/integrations.md, "inspect_ai"), checked by Stage 03's own checks.
 
     Args:
         benchmark_dir: Folder with ``chexpercept.json`` and ``chexpercept/`` (a Stage 02
@@ -235,9 +355,27 @@ def chexpercept(benchmark_dir: str, oracle_setting: str = "implicit",
         oracle_setting: ``none``, ``implicit`` or ``explicit`` (docs/evaluation_protocol.md,
             "Oracle settings").
         limit: Only the first ``limit`` cases in JSON order (``00_eval.py --limit``).
+        option_order: ``release`` (default), ``shuffled`` or ``circular``
+            (``--option-order``; docs/evaluation_protocol.md, "Option order"), planned by
+            :func:`~chexpercept.evaluation.option_order.apply_option_order` with ``seed``.
+        samples: K (``--samples``): each case asked K times as K independent dialogues, one
+            inspect sample each (id ``<key_id>/sample<k>`` for k >= 1), sample k sent with
+            seed :func:`chexpercept.rng.sample_seed` ``(seed, k)``; K > 1 needs
+            ``temperature`` > 0 and a provider in :data:`SEEDED_PROVIDERS`.
+        temperature: Sent with every request (``--temperature``); None: inspect's own
+            ``--temperature`` (or the server's default).
+        seed: The run seed (``--seed``, default 0): the shuffled orders and the sample seeds;
+            with K = 1 the generation seed stays inspect's ``--seed``.
+        option_probs: Ask for the top ``OPTION_PROBS_TOP_K`` (20) token
+            log-probabilities (``--option-probs``; a provider in :data:`LOGPROB_PROVIDERS`);
+            the converter computes each turn's ``option_probs`` from them as Stage 03 does.
 
     Raises:
         ValueError: On an unknown ``oracle_setting``.
+        ConfigError: On an unknown ``option_order``, ``samples`` < 1, ``samples`` > 1 without
+            ``temperature`` > 0, or a malformed ``seed`` / ``option_probs``; when a sample
+            starts, on a provider that cannot honour ``samples`` or ``option_probs``
+            (:func:`check_provider`).
         InputError: If the bundle's JSON or image folder is missing, or a relative
             ``benchmark_dir`` cannot be resolved (:func:`resolve_benchmark_dir`).
         SchemaError: If a case is invalid (every problem listed, as Stage 03 does).
@@ -245,13 +383,23 @@ def chexpercept(benchmark_dir: str, oracle_setting: str = "implicit",
     if oracle_setting not in ORACLE_SETTINGS:
         raise ValueError(f"oracle_setting must be one of {ORACLE_SETTINGS}, "
                          f"got {oracle_setting!r}")
+    check_option_order(option_order)
+    samples = _integer(samples, "samples", 1)
+    seed = _integer(seed, "seed", 0)
+    option_probs = _flag(option_probs, "option_probs")
+    temperature = None if temperature is None else float(temperature)
+    check_sampling(samples, temperature)
     bundle = load_bundle(resolve_benchmark_dir(benchmark_dir))
     key_ids = select_key_ids(bundle, limit=None if limit is None else int(limit))
-    cases = {case.key_id: case for case in validate_bundle(bundle, key_ids)}
-    return Task(dataset=MemoryDataset([case_sample(c) for c in cases.values()],
-                                      name="chexpercept"),
-                solver=chexpercept_dialogue(cases, oracle_setting),
-                scorer=chexpercept_scorer(cases, oracle_setting),
+    cases = {case.key_id: apply_option_order(case, option_order, seed)
+             for case in validate_bundle(bundle, key_ids)}
+    seeds = [sample_seed(seed, k) for k in range(samples)] if samples > 1 else None
+    return Task(dataset=MemoryDataset([case_sample(c, k) for c in cases.values()
+                                       for k in range(samples)], name="chexpercept"),
+                solver=chexpercept_dialogue(cases, oracle_setting, seeds, temperature,
+                                            option_probs),
+                scorer=chexpercept_scorer(cases, oracle_setting, seeds),
                 metadata={"benchmark_dir": str(bundle.layout.root),
                           "benchmark_json_sha256": bundle.json_sha256,
-                          "oracle_setting": oracle_setting})
+                          "oracle_setting": oracle_setting, "option_order": option_order,
+                          "samples": samples, "seed": seed, "option_probs": option_probs})
