@@ -110,7 +110,10 @@ def test_stage03_samples_run_gives_sampling_variance_csv_and_report_section(tmp_
     assert ("all", "agree_all:stage1") in by and ("all", "agree_pairwise:stage4") in by
     report = (all_dir / "report.md").read_text(encoding="utf-8")
     assert "## Sampling variance (`--samples K` runs)" in report
-    assert "| random_baseline | 3 |" in report
+    # the report names the run with its protocol (issue 33 item 1); the CSVs keep the folder
+    assert "| random_baseline+samples=3+seed=3 | 3 |" in report
+    assert "| random_baseline+samples=3+seed=3 | random | baseline | default | samples=3, " \
+           "seed=3 |" in report
 
 
 def test_limit_applies_to_the_sampling_variance_as_to_every_other_table(tmp_path):

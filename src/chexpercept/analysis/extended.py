@@ -135,8 +135,12 @@ class RunAnalysis:
 
     @property
     def name(self) -> str:
-        """``model`` column value: the run folder name, or ``chance``."""
-        return self.run.name if self.run is not None else CHANCE
+        """The run's name in report.md and the figures: its label, or ``chance``.
+
+        The label (``RunRef.label``) is the folder name, plus the protocol of a non-default run;
+        the CSVs' ``model`` column keeps the folder name (:meth:`ids`).
+        """
+        return self.run.label if self.run is not None else CHANCE
 
     def ids(self) -> dict[str, str]:
         """The identity columns of this run's rows (:data:`ID_COLUMNS` -> text)."""

@@ -23,6 +23,7 @@ from chexpercept.analysis.error_anatomy import ERROR_CLASSES, error_class_rows
 from chexpercept.analysis.extended import EXTENDED_CSVS, RunAnalysis
 from chexpercept.analysis.judge_report import JUDGE_CSV, agreement_interval
 from chexpercept.analysis.release_tables import SETTINGS, format_number
+from chexpercept.analysis.runs import RELEASE_ORDER, protocol_text
 from chexpercept.files import write_text_atomic
 from chexpercept.layouts import ALL_ATTRIBUTE_CSV, ALL_REVISION_CSV, ALL_SUMMARY_CSV
 from chexpercept.lesions import LESIONS, QA_PATHS
@@ -153,6 +154,33 @@ def _hit_rate(table: CaseTable) -> str:
             f"{table.prompt_tokens:,} tokens)")
 
 
+def _runs_table(analyses: Sequence[RunAnalysis]) -> list[str]:
+    """The runs table; with a ``protocol`` column when a run's protocol is not the default.
+
+    The column (``runs.protocol_text``: option order, samples, temperature, seed, judge, read
+    from each run's manifest) is left out when every run is a default run, so such a report
+    stays as it was.
+    """
+    runs = [a for a in analyses if a.run is not None]
+    protocol = any(a.run.protocol for a in runs)
+    header = ["model", "provider", "model name", "variant", "cases", "missing stage "
+              "results (counted wrong)", "unfinished cases (missing, not scored)",
+              "prefix-cache hit rate"]
+    body = [[a.name, a.run.provider, a.run.model_name, a.run.variant, str(a.table.n_cases),
+             str(int(a.table.missing.sum())), str(len(a.unfinished)), _hit_rate(a.table)]
+            for a in runs]
+    if not protocol:
+        return ["Runs (model = `<provider>_<model>[_no_thinking]`):", "",
+                *_table(header, body)]
+    header.insert(4, "protocol")
+    for a, row in zip(runs, body, strict=True):
+        row.insert(4, protocol_text(a.run.protocol))
+    return ["Runs (model = `<provider>_<model>[_no_thinking]`, then `+key=value` for each "
+            "identity field of the run's manifest that differs from the defaults; protocol: "
+            "option order, samples, temperature, seed, judge, `release` for a default run; "
+            "docs/evaluation_protocol.md, \"Run folder\"):", "", *_table(header, body)]
+
+
 def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracle_setting: str,
                   n_boot: int, seed: int, benchmark_note: str, plots: Sequence[Path],
                   viewer: Path | None = None) -> str:
@@ -181,14 +209,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
                   "docs/viewer.md).", ""]
     lines += ["Figures: " + ", ".join(f"[{p.stem}]({p.name})" for p in plots), ""] if plots \
         else []
-    lines += ["Runs (model = `<provider>_<model>[_no_thinking]`):", ""]
-    lines += _table(["model", "provider", "model name", "variant", "cases", "missing stage "
-                     "results (counted wrong)", "unfinished cases (missing, not scored)",
-                     "prefix-cache hit rate"],
-                    [[a.name, a.run.provider, a.run.model_name, a.run.variant,
-                      str(a.table.n_cases), str(int(a.table.missing.sum())),
-                      str(len(a.unfinished)), _hit_rate(a.table)]
-                     for a in analyses if a.run is not None])
+    lines += _runs_table(analyses)
     lines += ["Prefix-cache hit rate: the share of the prompt tokens the engine found in its "
               "prefix cache (the cached prompt tokens the provider reports, vLLM's or an API's, "
               "over prompt tokens, all calls of the scored "
@@ -440,6 +461,37 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
 OPTION_REPORT_QUESTIONS = ("detection_qa", "contour_evaluation_qa")
 
 
+#: What the correct option's position is under each ``--option-order``
+#: (docs/evaluation_protocol.md, "Option order").
+_ORDER_MEANING = {
+    RELEASE_ORDER: "the correct option's position is the ground truth (\"Yes\" is option 1), "
+                   "so always-1 scores 100 on positive detection",
+    "shuffled": "each question's options are shown in an order drawn from the run's seed, so "
+                "the correct option's position is that draw's",
+    "circular": "each question is asked once per rotation of its options, so the correct "
+                "option takes every position in turn",
+}
+
+
+def _order_text(runs: Sequence[RunAnalysis]) -> str:
+    """The option-position section's sentence on the runs' own option orders.
+
+    One order: ``Under the <order> order ...;``; several: one clause per order naming its runs.
+    The text of a report whose runs all used the release order is the one it always had.
+    """
+    orders: dict[str, list[str]] = {}
+    for a in runs:
+        orders.setdefault(a.run.option_order, []).append(f"`{a.name}`")
+    meaning = {k: _ORDER_MEANING.get(k, "the options are shown in the run's own order")
+               for k in orders}
+    if len(orders) == 1:
+        (order,) = orders
+        return f"Under the {order} order {meaning[order]};"
+    text = "; ".join(f"under the {k} order ({', '.join(names)}) {meaning[k]}"
+                     for k, names in orders.items())
+    return text[0].upper() + text[1:] + ";"
+
+
 def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     """Report section: yes/no accuracy by the correct option's position, and always-k.
 
@@ -455,11 +507,9 @@ def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     lines = ["## Option position", "",
              "Accuracy by the displayed position of the correct option (percent, `n` questions) "
              "and the always-k baselines: the accuracy of always answering option k, from the "
-             "ground truths alone. Under the release order the correct option's position is "
-             "the ground truth (\"Yes\" is option 1), so always-1 scores 100 on positive "
-             "detection; a score close to its always-k baseline may be position preference. "
-             "Yes/no questions here; every single-choice question in "
-             "`option_position_accuracy.csv` and `always_k_baselines.csv`.", ""]
+             f"ground truths alone. {_order_text(runs)} a score close to its always-k "
+             "baseline may be position preference. Yes/no questions here; every single-choice "
+             "question in `option_position_accuracy.csv` and `always_k_baselines.csv`.", ""]
     if circular:
         lines += ["Circular accuracy (`--option-order circular` runs): the share of the same "
                   "questions answered correctly under every rotation of their options "

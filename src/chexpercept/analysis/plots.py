@@ -20,7 +20,7 @@ import math
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -596,7 +596,8 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
         all_metrics: Metrics of every run, in run order (at least one).
         out_dir: ``layouts.all_models_dir(output_dir, oracle_setting)``.
         oracle_setting: Stage 03 oracle setting (shown in titles).
-        analyses: The runs' :class:`RunAnalysis` (CIs, per-lesion cells), optional.
+        analyses: The runs' :class:`RunAnalysis` (CIs, per-lesion cells, and the run labels
+            every figure names the runs by), optional.
         chance: The chance baseline, optional.
         jobs: Worker processes drawing the figures (each figure is drawn whole by one; the
             files are byte-identical for any value).
@@ -605,6 +606,9 @@ def write_plots(all_metrics: Sequence[RunMetrics], out_dir: str | Path, oracle_s
         The PNG paths: ``layouts.PLOT_NAMES`` order, then :data:`EXTRA_PLOT_NAMES` with analyses.
     """
     out_dir = Path(out_dir)
+    if analyses is not None:  # runs are named by their label (docs/metrics.md, "Run labels")
+        all_metrics = [m if m.model == a.name else replace(m, model=a.name)
+                       for m, a in zip(all_metrics, analyses, strict=True)]
     names = dict(zip(("stage", "revision", "attribute", "depth"), PLOT_NAMES, strict=True))
     models = [m.model for m in all_metrics]
     rev = [[m.revision_detail[0][f"acc({k})"] for k in REVISION_KEYS] for m in all_metrics]

@@ -1,19 +1,26 @@
 """Stage 04: find Stage 03 runs (``<results-dir>/<run>/oracle_<setting>/all_results.json``).
 
-Stage 04 reads nothing but these files (the import contracts in pyproject.toml); the folder
-name is built by :func:`chexpercept.layouts.eval_run_dir` and parsed by
-:func:`chexpercept.layouts.parse_run_name`. Each file is read and validated
-by :func:`chexpercept.analysis.case_table.read_case_table`.
+Stage 04 reads nothing but these files and the run's ``run_manifest.json`` (the import contracts
+in pyproject.toml); the folder name is built by :func:`chexpercept.layouts.eval_run_dir` and
+parsed by :func:`chexpercept.layouts.parse_run_name`. Each file is read and validated
+by :func:`chexpercept.analysis.case_table.read_case_table`. A run's label (:func:`run_label`)
+is its folder name plus every identity field of its manifest that differs from the defaults
+(docs/evaluation_protocol.md, "Run folder"), so two runs of one model under two protocols
+never share a name.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from chexpercept.errors import InputError
+from chexpercept.errors import InputError, SchemaError
 from chexpercept.layouts import NO_THINKING_SUFFIX, all_results_path, parse_run_name
+from chexpercept.run_store import IDENTITY_DEFAULTS, JUDGE_FIELD, SAMPLING_FIELD, RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +30,22 @@ ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
 #: Run-folder suffix of a ``--no-thinking`` Stage 03 run (docs/evaluation_protocol.md,
 #: "Run folder").
 NO_THINKING = "no_thinking"
+#: Option order of a run whose manifest has none (the release's; ``run_store.IDENTITY_DEFAULTS``).
+RELEASE_ORDER: str = IDENTITY_DEFAULTS["option_order"]
+#: Seed of a default run (the shipped configs' ``seed: 0``).
+DEFAULT_SEED = 0
+#: Provider temperature of a default run (docs/evaluation_protocol.md, "Providers"):
+#: 0 (greedy) except Gemini 3, whose default 1.0 is the release's.
+DEFAULT_TEMPERATURE = 0.0
+GEMINI3_TEMPERATURE = 1.0
+#: Providers whose answers are drawn from the run seed at any temperature (``utils.llm.baselines``:
+#: ``random``, ``sampling = "seeded"``).
+SEEDED_PROVIDERS = ("random",)
+#: Label keys (:func:`protocol_fields`), in label order.
+PROTOCOL_KEYS = ("order", "samples", "temperature", "seed", "judge", "option_probs", "ablation")
+#: Characters a label keeps; others (``/`` and ``:`` of a judge's ``provider:model``) become ``-``
+#: so the label can name a file (``02_compare_runs.py``).
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
 
 
 @dataclass(frozen=True)
@@ -37,6 +60,9 @@ class RunRef:
         model: Text after it (``""`` when ``name`` has no underscore).
         oracle_setting: ``explicit`` / ``implicit`` / ``none``.
         run_dir: ``<results-dir>/<name>/oracle_<setting>/`` (per-model CSVs go here).
+        protocol: ``(key, value)`` of every identity field of the run's manifest that differs
+            from the defaults (:func:`protocol_fields`); empty for a default run or one without
+            a manifest.
     """
 
     name: str
@@ -44,6 +70,17 @@ class RunRef:
     model: str
     oracle_setting: str
     run_dir: Path
+    protocol: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """:attr:`name`, plus the protocol of a non-default run (:func:`run_label`)."""
+        return run_label(self.name, self.protocol)
+
+    @property
+    def option_order(self) -> str:
+        """``release`` / ``shuffled`` / ``circular``: the run's option order (its manifest's)."""
+        return dict(self.protocol).get("order", RELEASE_ORDER)
 
     @property
     def variant(self) -> str:
@@ -59,6 +96,109 @@ class RunRef:
     def all_results(self) -> Path:
         """``<run_dir>/all_results.json``."""
         return all_results_path(self.run_dir)
+
+
+def _temperature(settings: Any) -> float | None:
+    """The first ``temperature`` anywhere in a manifest's ``provider_settings``, else None."""
+    if isinstance(settings, Mapping):
+        value = settings.get("temperature")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        settings = list(settings.values())
+    if isinstance(settings, list):
+        for item in settings:
+            found = _temperature(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _text(value: Any) -> str:
+    """A manifest value as label text (``0.7``, ``5``, ``openai-gpt-5.4``)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return _UNSAFE.sub("-", str(value))
+
+
+def protocol_fields(manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """The identity fields of a run manifest that differ from a default run's, as label text.
+
+    In :data:`PROTOCOL_KEYS` order: ``order`` (``option_order`` other than ``release``),
+    ``samples`` (K of a ``--samples K`` run, K > 1), ``temperature`` (a provider temperature
+    other than its default, :data:`DEFAULT_TEMPERATURE`; Gemini 3: 1.0), ``seed`` (other than
+    0, where it changes the answers: a shuffled or circular order, K > 1, a temperature above
+    0, or a :data:`SEEDED_PROVIDERS` baseline; a greedy run's seed changes nothing), ``judge``
+    (the judge's ``PROVIDER:MODEL``), ``option_probs`` (``--option-probs``) and ``ablation`` (a
+    manifest's ``ablation`` field, where one is recorded). The other identity fields name the
+    model, bundle, prompt or code (folder name, ``benchmark_json_sha256``, ``protocol_version``,
+    ``system_prompt_sha256``) or a part (``sharding``), not the protocol.
+
+    Args:
+        manifest: The run's ``run_manifest.json`` (docs/evaluation_protocol.md, "Run folder"),
+            or None (a run without one, e.g. a release file: the defaults).
+
+    Returns:
+        ``((key, value), ...)``; empty for a default run.
+    """
+    if not manifest:
+        return ()
+    out: dict[str, Any] = {}
+    order = manifest.get("option_order", RELEASE_ORDER)
+    if order != RELEASE_ORDER:
+        out["order"] = order
+    sampling = manifest.get(SAMPLING_FIELD)
+    if isinstance(sampling, Mapping) and int(sampling.get("samples", 1)) > 1:
+        out["samples"] = sampling["samples"]
+    temperature = _temperature(manifest.get("provider_settings"))
+    default = (GEMINI3_TEMPERATURE if manifest.get("provider") == "gemini"
+               and str(manifest.get("model", "")).startswith("gemini-3") else DEFAULT_TEMPERATURE)
+    if temperature is not None and temperature != default:
+        out["temperature"] = temperature
+    seed = manifest.get("seed", DEFAULT_SEED)
+    seeded = ("order" in out or "samples" in out or (temperature or 0.0) > 0
+              or manifest.get("provider") in SEEDED_PROVIDERS)
+    if seed is not None and seed != DEFAULT_SEED and seeded:
+        out["seed"] = seed
+    judge = manifest.get(JUDGE_FIELD)
+    if judge:
+        out["judge"] = judge.get("model") if isinstance(judge, Mapping) else judge
+    if manifest.get("option_probs"):
+        out["option_probs"] = "yes"
+    if manifest.get("ablation"):
+        out["ablation"] = manifest["ablation"]
+    return tuple((k, _text(v)) for k, v in out.items())
+
+
+def run_label(name: str, protocol: tuple[tuple[str, str], ...]) -> str:
+    """``<name>`` for a default run, else ``<name>+order=shuffled+seed=3`` (``+key=value`` each).
+
+    Args:
+        name: The run folder name ``<provider>_<model>[_no_thinking]``.
+        protocol: :func:`protocol_fields` of its manifest.
+
+    Returns:
+        The label; file-name safe when ``name`` is.
+    """
+    return name + "".join(f"+{k}={v}" for k, v in protocol)
+
+
+def protocol_text(protocol: tuple[tuple[str, str], ...]) -> str:
+    """``order=shuffled, seed=3`` (``release`` for a default run): the report's protocol cell."""
+    return ", ".join(f"{k}={v}" for k, v in protocol) or RELEASE_ORDER
+
+
+def read_protocol(run_dir: Path) -> tuple[tuple[str, str], ...]:
+    """:func:`protocol_fields` of ``<run_dir>/run_manifest.json`` (none: a default run).
+
+    Raises:
+        SchemaError: If the manifest is not valid JSON or not a JSON object (names the file).
+    """
+    store = RunStore(run_dir)
+    manifest = store.read_manifest()
+    if manifest is not None and not isinstance(manifest, Mapping):
+        raise SchemaError(f"{store.manifest_path}: the run manifest is not a JSON object; "
+                         "rerun Stage 03 or remove the file")
+    return protocol_fields(manifest)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -109,7 +249,8 @@ def discover_runs(results_dir: str | Path, oracle_setting: str, *, provider: str
             logger.debug("skipping %s: no oracle_%s/all_results.json", entry, oracle_setting)
             continue
         runs.append(RunRef(name=entry.name, provider=prov, model=mod,
-                           oracle_setting=oracle_setting, run_dir=run_dir))
+                           oracle_setting=oracle_setting, run_dir=run_dir,
+                           protocol=read_protocol(run_dir)))
     if not runs:
         filters = ", ".join(f"{k}={v}" for k, v in (("provider", provider), ("model", model))
                             if v is not None)
@@ -148,7 +289,7 @@ def run_from_dir(path: str | Path) -> RunRef:
     name = run_dir.resolve().parent.name
     provider, model = _split(name)
     return RunRef(name=name, provider=provider, model=model, oracle_setting=setting,
-                  run_dir=run_dir)
+                  run_dir=run_dir, protocol=read_protocol(run_dir))
 
 
 def _available(results_dir: Path) -> list[str]:
