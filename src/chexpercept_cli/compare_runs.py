@@ -2,8 +2,11 @@
 
 Reads ``<run-a>/all_results.json`` and ``<run-b>/all_results.json`` (``oracle_<setting>/``
 folders of two runs, e.g. two models, or one model under two oracle settings) and writes
-``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<run>.oracle_<setting>``;
-``<output-dir>`` defaults to the folder that holds both runs, i.e. next to the inputs):
+``<output-dir>/paired_comparisons/<A>_vs_<B>.csv`` (``<A>`` = ``<label>.oracle_<setting>``,
+the label being the run folder name plus each identity field of its manifest that differs from
+the defaults, e.g. ``+order=shuffled``, so two protocols of one model get two names
+(docs/metrics.md, "Run labels"); ``<output-dir>`` defaults to the folder that holds both runs,
+i.e. next to the inputs):
 per stage (end-to-end and oracle-passed), sub-question and depth, for all cases, each path
 and each lesion, the accuracies of A and B, the difference B - A with a 95% interval (Tango's
 score interval for accuracies, a paired bootstrap stratified by lesion x path for depth), the

@@ -27,6 +27,7 @@ from chexpercept.analysis.chance import load_chance_or_none
 from chexpercept.analysis.compare import (
     COMPARE_COLUMNS,
     PairedRow,
+    comparison_labels,
     format_comparison,
     paired_comparison,
 )
@@ -253,7 +254,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, output_dir: str | Path
         SchemaError: If a file is invalid, or the runs' key_id sets differ (names them).
     """
     ref_a, ref_b = run_from_dir(run_a), run_from_dir(run_b)
-    label_a, label_b = (f"{r.name}.oracle_{r.oracle_setting}" for r in (ref_a, ref_b))
+    label_a, label_b = comparison_labels(ref_a, ref_b)
     a = analyse_run_file(ref_a, n_boot=0, seed=seed)
     b = analyse_run_file(ref_b, n_boot=0, seed=seed)
     rows = paired_comparison(a.table, b.table, n_boot=n_boot, seed=seed, label_a=label_a,

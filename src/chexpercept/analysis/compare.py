@@ -21,6 +21,7 @@ multiplicity").
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from chexpercept.analysis.bootstrap import (
 )
 from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, CaseTable, structural
 from chexpercept.analysis.inference import holm, score_test_p, tango_interval
+from chexpercept.analysis.runs import RunRef
 from chexpercept.errors import InputError
 from chexpercept.lesions import LESIONS, QA_PATHS
 
@@ -86,6 +88,33 @@ class PairedRow:
             self.lesion, self.path, self.metric, self.n_cases, self.value_a, self.value_b,
             self.diff, self.ci_low, self.ci_high, self.a_only, self.b_only, self.test,
             self.p_value, self.p_holm), strict=True))
+
+
+logger = logging.getLogger(__name__)
+
+
+def comparison_labels(a: RunRef, b: RunRef) -> tuple[str, str]:
+    """The names of runs A and B in the header and the CSV name: ``<label>.oracle_<setting>``.
+
+    ``<label>`` is :attr:`RunRef.label`: the folder name, plus every identity field of the run's
+    manifest that differs from the defaults, so two runs of one model under two protocols
+    (``--option-order``, ``--samples``, ``--temperature``, ``--seed``, ``--judge``) get two
+    names. Two runs whose names are still equal (the same run, or two copies of it) are told
+    apart as ``<name>.A`` and ``<name>.B``, with a warning.
+
+    Args:
+        a: Run A.
+        b: Run B.
+
+    Returns:
+        ``(label_a, label_b)``, never equal.
+    """
+    label_a, label_b = (f"{r.label}.oracle_{r.oracle_setting}" for r in (a, b))
+    if label_a != label_b:
+        return label_a, label_b
+    logger.warning("runs A (%s) and B (%s) have the same name and protocol (%s); they are "
+                   "named %s.A and %s.B", a.run_dir, b.run_dir, label_a, label_a, label_a)
+    return f"{label_a}.A", f"{label_b}.B"
 
 
 def check_same_cases(a: CaseTable, b: CaseTable, label_a: str, label_b: str) -> None:
