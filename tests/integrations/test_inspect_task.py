@@ -397,7 +397,8 @@ def test_two_samples_with_temperature_give_stage03s_two_sample_files(offline_ins
     bench = stage03_bundle.write_bundle(tmp / "bench")
     with loopback.LoopbackServer(answer=scripted_reply) as server:
         log = run_inspect(server, bench, "implicit", tmp / "logs",
-                          task_args={"samples": 2, "temperature": 0.7, "seed": 3})
+                          task_args={"samples": 2, "temperature": 0.7, "seed": 3},
+                          max_tokens=64)
         inspect_bodies = [s.body for s in server.chat_requests()]
         run_dir = run_stage03(server, bench, "implicit", tmp / "out",
                               ("--samples", "2", "--temperature", "0.7", "--seed", "3"))
@@ -419,6 +420,8 @@ def test_two_samples_with_temperature_give_stage03s_two_sample_files(offline_ins
     assert manifest["sampling"] == {"samples": 2, "seeds": [sample_seed(3, 0),
                                                             sample_seed(3, 1)]}
     assert manifest["provider_settings"]["temperature"] == 0.7
+    # inspect's own flags are named too, as Stage 03's provider records its settings
+    assert manifest["provider_settings"]["inspect_generate_config"]["max_tokens"] == 64
 
 
 def test_option_probs_are_recorded_as_stage03_records_them(offline_inspect):

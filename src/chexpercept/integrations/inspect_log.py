@@ -53,6 +53,9 @@ class InspectRun:
         seed: The task's ``seed`` argument (the run seed; 0 when absent).
         option_probs: The task's ``option_probs`` argument.
         temperature: The task's ``temperature`` argument, or None (inspect's own setting).
+        generate_config: inspect's generation flags of the eval (``--temperature``,
+            ``--seed``, ``--max-tokens``, ...: the log's ``model_generate_config``, unset ones
+            left out).
         key_ids: The samples' key_ids, in log order (each once).
         replies: Every sample's replies, in turn order.
         errors: key_id -> the sample's error, for samples that failed.
@@ -70,18 +73,22 @@ class InspectRun:
     seed: int = 0
     option_probs: bool = False
     temperature: float | None = None
+    generate_config: dict[str, Any] | None = None
 
     def protocol(self) -> dict[str, Any]:
         """The keyword arguments of :func:`write_recorded_run` that name the run's protocol.
 
         The option order, seed, K and ``option_probs`` become the manifest's identity fields
         as Stage 03 records them; a ``temperature`` task argument goes to
-        ``provider_settings``, where Stage 03's providers record theirs.
+        ``provider_settings``, where Stage 03's providers record theirs, with inspect's own
+        generation flags (``inspect_generate_config``).
         """
+        settings: dict[str, Any] = {} if self.temperature is None \
+            else {"temperature": self.temperature}
+        if self.generate_config:
+            settings["inspect_generate_config"] = dict(self.generate_config)
         return {"option_order": self.option_order, "seed": self.seed, "samples": self.samples,
-                "option_probs": self.option_probs,
-                "provider_settings": {} if self.temperature is None
-                else {"temperature": self.temperature}}
+                "option_probs": self.option_probs, "provider_settings": settings}
 
 
 def _sample_replies(store: Mapping[str, Any], where: str) -> list[RecordedReply]:
@@ -145,7 +152,9 @@ def read_inspect_log(log_path: str | Path) -> InspectRun:
                       samples=int(args.get("samples", 1)), seed=int(args.get("seed", 0)),
                       option_probs=str(args.get("option_probs", False)).lower()
                       in ("true", "1", "yes"),
-                      temperature=None if temperature is None else float(temperature))
+                      temperature=None if temperature is None else float(temperature),
+                      generate_config=spec.model_generate_config.model_dump(
+                          mode="json", exclude_none=True))
 
 
 def convert_inspect_log(log_path: str | Path, output_path: str | Path, *,
