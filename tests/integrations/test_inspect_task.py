@@ -422,6 +422,11 @@ def test_two_samples_with_temperature_give_stage03s_two_sample_files(offline_ins
     assert manifest["provider_settings"]["temperature"] == 0.7
     # inspect's own flags are named too, as Stage 03's provider records its settings
     assert manifest["provider_settings"]["inspect_generate_config"]["max_tokens"] == 64
+    # so Stage 04 labels the converted run with its protocol, as it labels Stage 03's
+    from chexpercept.analysis.runs import protocol_fields
+    theirs = json.loads((run_dir / "run_manifest.json").read_text(encoding="utf-8"))
+    assert dict(protocol_fields(manifest)) == dict(protocol_fields(theirs)) == {
+        "samples": "2", "temperature": "0.7", "seed": "3"}
 
 
 def test_option_probs_are_recorded_as_stage03_records_them(offline_inspect):
