@@ -488,3 +488,22 @@ def test_the_documented_inspect_commands_log_under_outputs(tmp_path):
     ignored = subprocess.run(["git", "check-ignore", "outputs/inspect_logs/x.eval",
                               "logs/x.eval"], cwd=REPO, capture_output=True, text=True)
     assert ignored.stdout.split() == ["outputs/inspect_logs/x.eval", "logs/x.eval"]
+
+
+@pytest.mark.parametrize("task_args, message", [
+    ({"samples": 2, "temperature": 0.7}, "'mockllm' provider sends no seed per request"),
+    ({"option_probs": True}, "'mockllm' provider cannot return token log-probabilities"),
+])
+def test_a_provider_that_cannot_honour_the_arguments_fails_the_eval(offline_inspect,
+                                                                    task_args, message):
+    # inspect's built-in mockllm stands for a provider without seeds or logprobs (e.g.
+    # anthropic): the eval stops with the refusal instead of ignoring the argument
+    from inspect_ai import eval as inspect_eval
+
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+    [log] = inspect_eval(TASK_FILE, model="mockllm/model", log_dir=str(tmp / "logs"),
+                         task_args={"benchmark_dir": str(bench), **task_args},
+                         display="none")
+    assert log.status == "error"
+    assert message in log.error.message
