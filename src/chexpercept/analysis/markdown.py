@@ -6,12 +6,16 @@ docs/metrics.md, "Bootstrap"; ``(n=k)`` instead for a cell of fewer than
 small for its decimals (chance, late stages) with 3 significant digits
 (``release_tables.format_number``);
 the chance row is the uniform-guess baseline. The full tables are the CSVs it links
-(docs/metrics.md, "Output files").
+(docs/metrics.md, "Output files"). Every string that comes from the runs or the bundle (run
+names and labels, providers, model names, key_ids, reasons, judges, paths) passes through
+:func:`escape_markdown`, so a run or manifest cannot put HTML, links or table cells into the
+report; ordinary names are written unchanged.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +35,40 @@ from chexpercept.schema import STATUSES
 
 REPORT_MD = "report.md"
 _STAGE_NAMES = ("S1 detection", "S2 contour eval", "S3 revision", "S4 attributes")
+_NEWLINE = re.compile(r"\r\n|[\r\n]")
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+#: Markdown specials escaped with a backslash: ``\``, code ticks, emphasis ``*``, link and image
+#: brackets, table pipes, and ``_`` unless both its neighbours are letters or digits (an
+#: intraword ``_`` never starts emphasis, so ``openai_gpt-4o`` stays as it is).
+_SPECIAL = re.compile(r"[\\`*\[\]|]|_(?![^\W_])|(?<![^\W_])_")
+
+
+def escape_markdown(value: object) -> str:
+    """``value`` as Markdown text that renders as itself: no HTML, link, emphasis or cell.
+
+    ``&``, ``<``, ``>`` become HTML entities, the specials of :data:`_SPECIAL` get a backslash,
+    and a line break becomes a space (a table row is one line). A string without any of these
+    (every ordinary run name, provider, model id or path) is returned unchanged.
+
+    Args:
+        value: A string from a run or bundle (anything else: its ``str``).
+
+    Returns:
+        The escaped text, for a table cell or running text (not inside a code span).
+    """
+    text = _NEWLINE.sub(" ", str(value))
+    text = re.sub(r"[&<>]", lambda m: _ENTITIES[m.group()], text)
+    return _SPECIAL.sub(lambda m: "\\" + m.group(), text)
+
+
+def _code(value: object) -> str:
+    """``value`` as a code span, or as escaped plain text when it needs escaping.
+
+    A code span shows its content verbatim (no entity or backslash is decoded in it), so only a
+    string :func:`escape_markdown` leaves unchanged goes into one.
+    """
+    text = escape_markdown(value)
+    return f"`{text}`" if text == str(value) else text
 
 
 def _interval(text: str, low: float, high: float, n: int, n_boot: int, scale: float,
@@ -85,8 +123,9 @@ def _incomplete_warning(analyses: Sequence[RunAnalysis]) -> list[str]:
     for a in incomplete:
         key_id, reason = next(iter(a.unfinished.items()))
         total = a.table.n_cases + len(a.unfinished)
-        lines.append(f"> - `{a.name}`: **{len(a.unfinished)} of {total} case(s) missing** "
-                     f"(unfinished), e.g. `{key_id}`: {reason[:200]}")
+        lines.append(f"> - {_code(a.name)}: **{len(a.unfinished)} of {total} case(s) "
+                     f"missing** (unfinished), e.g. {_code(key_id)}: "
+                     f"{escape_markdown(reason[:200])}")
     return [*lines, ""]
 
 
@@ -137,13 +176,15 @@ def _gaps_section(analyses: Sequence[RunAnalysis]) -> list[str]:
         return []
     best, worst, cells = largest_gaps(runs)
     lines = ["## Largest differences between the best and the worst run", "",
-             f"Best run `{best.name}`, worst run `{worst.name}` (end-to-end mean depth over all "
+             f"Best run {_code(best.name)}, worst run {_code(worst.name)} (end-to-end mean "
+             "depth over all "
              f"cases); the {N_LARGEST_GAPS} lesion x stage cells (oracle-passed accuracy, every "
              "path asking the stage) where they differ most.", ""]
     body = [[lesion, _STAGE_NAMES[k - 1], _pct(best.cells, lesion, "all", f"oracle:stage{k}"),
              _pct(worst.cells, lesion, "all", f"oracle:stage{k}"), f"{100 * (b - w):+.1f}"]
             for lesion, k, b, w in cells]
-    return lines + _table(["lesion", "stage", best.name, worst.name, "difference (pp)"], body)
+    return lines + _table(["lesion", "stage", escape_markdown(best.name),
+                           escape_markdown(worst.name), "difference (pp)"], body)
 
 
 def _hit_rate(table: CaseTable) -> str:
@@ -166,15 +207,15 @@ def _runs_table(analyses: Sequence[RunAnalysis]) -> list[str]:
     header = ["model", "provider", "model name", "variant", "cases", "missing stage "
               "results (counted wrong)", "unfinished cases (missing, not scored)",
               "prefix-cache hit rate"]
-    body = [[a.name, a.run.provider, a.run.model_name, a.run.variant, str(a.table.n_cases),
-             str(int(a.table.missing.sum())), str(len(a.unfinished)), _hit_rate(a.table)]
-            for a in runs]
+    body = [[*map(escape_markdown, (a.name, a.run.provider, a.run.model_name, a.run.variant)),
+             str(a.table.n_cases), str(int(a.table.missing.sum())), str(len(a.unfinished)),
+             _hit_rate(a.table)] for a in runs]
     if not protocol:
         return ["Runs (model = `<provider>_<model>[_no_thinking]`):", "",
                 *_table(header, body)]
     header.insert(4, "protocol")
     for a, row in zip(runs, body, strict=True):
-        row.insert(4, protocol_text(a.run.protocol))
+        row.insert(4, escape_markdown(protocol_text(a.run.protocol)))
     return ["Runs (model = `<provider>_<model>[_no_thinking]`, then `+key=value` for each "
             "identity field of the run's manifest that differs from the defaults; protocol: "
             "option order, samples, temperature, seed, judge, `release` for a default run; "
@@ -200,7 +241,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         Markdown text.
     """
     everyone = [*analyses, chance]
-    lines = [f"# CheXpercept analysis, Stage 03 oracle setting `{oracle_setting}`", ""]
+    lines = [f"# CheXpercept analysis, Stage 03 oracle setting {_code(oracle_setting)}", ""]
     lines += _incomplete_warning(analyses)
     if viewer is not None:
         lines += [f"Case viewer: [{viewer.parent.name}/{viewer.name}]"
@@ -220,7 +261,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
           f"together where a stratum has fewer than {MIN_STRATUM_CASES} (seed {seed}); "
           f"`(n=k)`: fewer than {MIN_BOOTSTRAP_CASES} cases, no interval" if n_boot
           else "no intervals (--bootstrap 0)")
-    lines += [f"Values in percent, {ci}. `chance` = uniform guessing ({benchmark_note}). "
+    lines += [f"Values in percent, {ci}. `chance` = uniform guessing "
+              f"({escape_markdown(benchmark_note)}). "
               "`end_to_end`: the stage and every earlier stage correct; `oracle_passed`: the "
               "stage on its own. Depth: stages answered correctly from stage 1 (max 4 / 3 / 1 "
               "on revision-required / revision-free / lesion-free).", ""]
@@ -234,7 +276,8 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
             for setting in SETTINGS:
                 kind = "e2e" if setting == "end_to_end" else "oracle"
                 cells = [_pct(a.cells, "all", path, f"{kind}:stage{k}") for k in range(1, 5)]
-                body.append([a.name, setting, *cells, _num(a.cells, "all", path, "depth")])
+                body.append([escape_markdown(a.name), setting, *cells,
+                             _num(a.cells, "all", path, "depth")])
         lines += _table(["model", "setting", *_STAGE_NAMES, "depth"], body)
 
     lines += ["## Sub-question accuracy (oracle view)", "",
@@ -242,14 +285,14 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
               "revision-free cases (no attributes for cardiomegaly).", ""]
     body = []
     for a in everyone:
-        body.append([a.name, *(_pct(a.cells, "all",
+        body.append([escape_markdown(a.name), *(_pct(a.cells, "all",
                                     "revision_required" if k in REVISION_KEYS else "all",
                                     f"sub:{k}") for k in SUB_KEYS)])
     lines += _table(["model", *SUB_KEYS], body)
 
     lines += ["## End-to-end mean depth by lesion, revision-required path (max 4)", ""]
     lines += _table(["model", *LESIONS],
-                    [[a.name, *(_num(a.cells, le, "revision_required", "depth")
+                    [[escape_markdown(a.name), *(_num(a.cells, le, "revision_required", "depth")
                                 for le in LESIONS)] for a in everyone])
 
     lines += _gaps_section(analyses)
@@ -264,7 +307,7 @@ def render_report(analyses: Sequence[RunAnalysis], chance: RunAnalysis, *, oracl
         total = int(counts.sum())
         rates = [(f"{100 * c / total:.1f}" if a.table.has_status and total else "n/a")
                  for c in counts.tolist()]
-        body.append([a.name, str(int(a.table.missing.sum())), *rates])
+        body.append([escape_markdown(a.name), str(int(a.table.missing.sum())), *rates])
     lines += _table(["model", "missing", *STATUSES], body)
 
     lines += detection_section(everyone)
@@ -320,7 +363,8 @@ def judge_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                      for k in range(1, 5)]
             depth = (f"{format_number(a['depth'], 2)} / {format_number(b['depth'], 2)}"
                      if not math.isnan(a["depth"]) else "n/a")
-            body.append([name, s.judge, a["path"], a["setting"], *cells, depth])
+            body.append([escape_markdown(name), escape_markdown(s.judge), a["path"],
+                         a["setting"], *cells, depth])
     lines += _table(header, body)
     lines += ["Share of judged questions (the parser could not read the reply, the judge read "
               "an option), per stage, over the scored cases:", ""]
@@ -328,7 +372,7 @@ def judge_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     for name, s in runs:
         cells = [_share(k, n) for k, n in s.judged]
         total = (sum(k for k, _ in s.judged), sum(n for _, n in s.judged))
-        body.append([name, s.judge, *cells, _share(*total)])
+        body.append([escape_markdown(name), escape_markdown(s.judge), *cells, _share(*total)])
     lines += _table(["model", "judge", "stage 1", "stage 2", "stage 3", "stage 4", "all"], body)
     lines += ["Agreement of the judge with the parser on the audited replies (both read them; "
               "`--judge-audit-rate`), with the Wilson 95 % interval:", ""]
@@ -336,7 +380,8 @@ def judge_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     for name, s in runs:
         value, low, high = agreement_interval(s.agreed, s.audited)
         interval = "" if math.isnan(value) else f" [{_judge_pct(low)}, {_judge_pct(high)}]"
-        body.append([name, s.judge, str(s.audited), str(s.agreed), _judge_pct(value) + interval])
+        body.append([escape_markdown(name), escape_markdown(s.judge), str(s.audited),
+                     str(s.agreed), _judge_pct(value) + interval])
     lines += _table(["model", "judge", "audited", "agree", "agreement %"], body)
     return lines
 
@@ -371,7 +416,7 @@ def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                 cells.append(f"{format_number(100 * r['value'], 1)} "
                              f"[{format_number(100 * r['ci_low'], 1)}, "
                              f"{format_number(100 * r['ci_high'], 1)}]")
-        body.append([a.name, *cells])
+        body.append([escape_markdown(a.name), *cells])
     return lines + _table(["model", "sensitivity", "specificity", "balanced acc.", "PPV",
                            "NPV"], body)
 
@@ -412,7 +457,8 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                                f"{format_number(100 * r['ci_high'], 1)}] "
                                f"({r['k']}/{r['n_cases']})")
             body.append(row)
-    return lines + _table(["error class", "question", *(a.name for a in runs)], body)
+    return lines + _table(["error class", "question", *(escape_markdown(a.name) for a in runs)],
+                          body)
 def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     """Report section: pooled AUROC of detection and contour evaluation per run.
 
@@ -429,7 +475,7 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     body, absent = [], []
     for a in analyses:
         if a.option_scores is None:
-            absent.append(a.name)
+            absent.append(escape_markdown(a.name))
             continue
         pooled = {r["question"]: r for r in auroc_rows(a.option_scores)
                   if r["lesion"] == "all"}
@@ -446,7 +492,7 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
             else:
                 value = f"{r['auroc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
             cells += [value, f"{r['n_positive']}/{r['n_negative']}", str(r["n_without_probs"])]
-        body.append([a.name, *cells])
+        body.append([escape_markdown(a.name), *cells])
     if body:
         lines += _table(["model", "detection AUROC", "pos/neg", "without probs",
                          "contour evaluation AUROC", "pos/neg", "without probs"], body)
@@ -481,13 +527,13 @@ def _order_text(runs: Sequence[RunAnalysis]) -> str:
     """
     orders: dict[str, list[str]] = {}
     for a in runs:
-        orders.setdefault(a.run.option_order, []).append(f"`{a.name}`")
+        orders.setdefault(a.run.option_order, []).append(_code(a.name))
     meaning = {k: _ORDER_MEANING.get(k, "the options are shown in the run's own order")
                for k in orders}
     if len(orders) == 1:
         (order,) = orders
-        return f"Under the {order} order {meaning[order]};"
-    text = "; ".join(f"under the {k} order ({', '.join(names)}) {meaning[k]}"
+        return f"Under the {escape_markdown(order)} order {meaning[order]};"
+    text = "; ".join(f"under the {escape_markdown(k)} order ({', '.join(names)}) {meaning[k]}"
                      for k, names in orders.items())
     return text[0].upper() + text[1:] + ";"
 
@@ -534,7 +580,8 @@ def option_position_section(analyses: Sequence[RunAnalysis]) -> list[str]:
             for path in QA_PATHS:
                 if (question, path) not in by_cell:
                     continue
-                row = [a.name, question, path, "; ".join(by_cell[(question, path)]),
+                row = [escape_markdown(a.name), question, path,
+                       "; ".join(by_cell[(question, path)]),
                        ", ".join(always.get((question, path), []))]
                 if circular:
                     row.append("; ".join(circ.get((question, path), [])) or "n/a")
@@ -577,7 +624,7 @@ def sampling_section(analyses: Sequence[RunAnalysis]) -> list[str]:
     body = []
     for a in runs:
         rows = {r["metric"]: r for r in a.sampling if r["path"] == "all"}
-        body.append([a.name, str(a.sampling[0]["samples"]),
+        body.append([escape_markdown(a.name), escape_markdown(a.sampling[0]["samples"]),
                      *(cell(rows.get(f"e2e:stage{s}"), True) for s in range(1, 5)),
                      *(cell(rows.get(f"agree_all:stage{s}"), False) for s in range(1, 5))])
     return lines + _table(["model", "K", *(f"stage {s} acc." for s in range(1, 5)),
