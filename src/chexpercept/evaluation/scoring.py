@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chexpercept.evaluation.parsing import OK, ParsedAnswer
+from chexpercept.evaluation.parsing import ParsedAnswer
+from chexpercept.scoring import answer_correct
 
 
 def is_correct(parsed: ParsedAnswer, ground_truth: int | Iterable[int], *,
@@ -23,17 +24,10 @@ def is_correct(parsed: ParsedAnswer, ground_truth: int | Iterable[int], *,
         multi_select: Score by set equality (else exact single-option match).
 
     Returns:
-        True only for an ``ok`` answer that matches exactly.
+        True only for an ``ok`` answer that matches exactly (``chexpercept.scoring``, the rule
+        Stage 04 also recomputes stored flags with).
     """
-    if parsed.status != OK or not parsed.answer:
-        return False
-    if multi_select:
-        gt = {int(i) for i in ground_truth} if not isinstance(ground_truth, int) \
-            else {ground_truth}
-        return set(parsed.answer) == gt
-    if not isinstance(ground_truth, int):
-        raise TypeError(f"single-choice ground truth must be an int, got {ground_truth!r}")
-    return parsed.answer == (ground_truth,)
+    return answer_correct(parsed.answer, parsed.status, ground_truth, multi_select=multi_select)
 
 
 def stage_correct(sub_correct: Iterable[bool]) -> bool:
