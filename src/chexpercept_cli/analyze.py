@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
              "strict one (it counts as unparseable, as without a judge); both readings are in "
              "judge_summary.csv and report.md either way (docs/metrics.md, 'Strict and judged "
              "readings') (default: off, strict).")
+    parser.add_argument(
+        "--allow-other-bundle", "--allow_other_bundle", dest="allow_other_bundle",
+        action="store_true",
+        help="Accept a --benchmark-dir whose chexpercept.json is not the one a run's "
+             "run_manifest.json names (benchmark_json_sha256): that run's correctness is "
+             "recomputed against this bundle's answer keys, with a warning in report.md, "
+             "run_meta.json and the log (docs/metrics.md, 'Recomputed correctness') "
+             "(default: off, such a run is refused).")
     add_common_args(parser, seed=True)
     return parser
 
@@ -163,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      limit=args.limit, meta={"config": args.config}, progress=progress,
                      viewer=args.viewer, system_prompt=SYSTEM_PROMPT,
                      viewer_image_max_side=args.viewer_copy_images, jobs=args.jobs,
-                     judged=args.judged)
+                     judged=args.judged, allow_other_bundle=args.allow_other_bundle)
     print(result.summary)
     print("\nOutputs:")
     for path in result.written:

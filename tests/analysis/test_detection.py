@@ -86,9 +86,10 @@ def test_stage04_run_writes_detection_csv_and_report_section(tmp_path):
     for i, (k, p) in enumerate(KEYS):
         ok = i != 1
         cases.append({"key_id": k, "qa_path": p,
-                      "detection_qa": {"response": "1", "correct": ok, "status": "ok"},
-                      **({"contour_evaluation_qa": {"responses": "1", "correct": ok,
-                                                    "status": "ok"}}
+                      "detection_qa": {"response": "1" if ok else "2", "correct": ok,
+                                       "status": "ok"},
+                      **({"contour_evaluation_qa": {"responses": "1" if ok else "2",
+                                                    "correct": ok, "status": "ok"}}
                          if p != "lesion_free" else {})})
     _write(res, "dummy_baseline", cases)
     out = tmp_path / "out"

@@ -297,6 +297,10 @@ def _bench(root: Path) -> Path:
     attrs["distribution"]["answer_zones"] = ["right lower zone lung"]
     attrs["location"]["answer_options"] = LOCATION_OPTIONS
     attrs["location"]["answer"] = LOCATION_OPTIONS[0]
+    # the answer keys of _record's RR case (Stage 04 recomputes correctness against them)
+    item["contour_qa"]["contour_revision_qa_contraction"]["answer_index"] = [2]
+    attrs["comparison"]["answer_index"] = 4
+    attrs["comparison"]["answer"] = attrs["comparison"]["answer_options"][3]
     rel = ("contour_qa", "contour_revision_qa")
     _mask_options(root / "bench" / "chexpercept" / RR / Path(*rel))
     items = {RR: item, LF: make_item("lesion_free", "effusion")}

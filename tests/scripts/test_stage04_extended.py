@@ -24,10 +24,13 @@ def _main(script):
 
 
 def _case(key_id, qa_path, ok=True, status=None):
-    flag = {"correct": ok, **({"status": status} if status else {})}
-    case = {"key_id": key_id, "qa_path": qa_path, "detection_qa": {"response": "1", **flag}}
+    # a wrong answer names option 2 (the bundle's answer key is 1: _bench), so Stage 04's
+    # recomputed correctness agrees with the flag
+    flag = {"ground_truth": 1, "correct": ok, **({"status": status} if status else {})}
+    answer = "1" if ok else "2"
+    case = {"key_id": key_id, "qa_path": qa_path, "detection_qa": {"response": answer, **flag}}
     if qa_path != "lesion_free":
-        case["contour_evaluation_qa"] = {"responses": "1", **flag}
+        case["contour_evaluation_qa"] = {"responses": answer, **flag}
     return case
 
 
@@ -67,7 +70,8 @@ KEYS = [("cardiomegaly_s1_positive_0", "revision_free"),
 def results(tmp_path):
     res = tmp_path / "results"
     _write(res, "dummy_baseline", [_case(k, p, ok=True, status="ok") for k, p in KEYS])
-    _write(res, "random_baseline", [_case(k, p, ok=i == 0, status="ok" if i else "refused")
+    # a refused answer is wrong (Stage 04 recomputes it so): the refusal is case 1's
+    _write(res, "random_baseline", [_case(k, p, ok=i == 0, status="refused" if i == 1 else "ok")
                                     for i, (k, p) in enumerate(KEYS)])
     _write(res, "opensource_qwen3.6-27b_no_thinking", [_case(k, p) for k, p in KEYS])
     return res

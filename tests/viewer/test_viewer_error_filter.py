@@ -33,10 +33,18 @@ def test_error_class_filter_shows_only_the_cases_with_that_error(viewer_runs, op
     attrs["comparison"] = {"correct": False, "status": "ok"}
     attrs["correct"] = False
     (copy / "all_results.json").write_text(json.dumps(results), encoding="utf-8")
+    # Stage 04 recomputes correctness against the bundle's answer keys: a bundle whose key
+    # is the edited one (same images), accepted as another bundle than the run's
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    items = json.loads((viewer_runs["bench"] / "chexpercept.json").read_text(encoding="utf-8"))
+    items[RR_CASE]["attribute_extraction_qa"]["comparison"]["answer_index"] = 2
+    (bench / "chexpercept.json").write_text(json.dumps(items), encoding="utf-8")
+    (bench / "chexpercept").symlink_to((viewer_runs["bench"] / "chexpercept").resolve())
 
     result = analyze(tmp_path / "03", setting, output_dir=tmp_path / "04",
-                     benchmark_dir=viewer_runs["bench"], bootstrap=0, jobs=1)
-    anatomy = analyse_errors(results, list(results), load_error_facts(viewer_runs["bench"]))
+                     benchmark_dir=bench, bootstrap=0, jobs=1, allow_other_bundle=True)
+    anatomy = analyse_errors(results, list(results), load_error_facts(bench))
     page = open_viewer(page_path=result.viewer)
     assert not page.page.is_hidden("#f-error")
     labels = page.page.eval_on_selector_all("#f-error option", "os => os.map(o => o.textContent)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,14 +49,20 @@ from chexpercept.analysis.release_tables import (
     write_all_models_csvs,
     write_model_csvs,
 )
-from chexpercept.analysis.runs import discover_runs, run_from_dir
+from chexpercept.analysis.rescore import bundle_sha256, load_answer_keys, rescore_results
+from chexpercept.analysis.runs import RunRef, discover_runs, run_from_dir
 from chexpercept.analysis.viewer import prepare_viewer_dir, write_viewer_index
+from chexpercept.errors import InputError
 from chexpercept.files import write_csv_atomic
 from chexpercept.layouts import all_models_dir, repo_root
 from chexpercept.parquet_bundle import is_parquet_bundle, unpack_parquet_bundle
 from chexpercept.provenance import write_run_meta
+from chexpercept.run_store import RunStore
 
 logger = logging.getLogger(__name__)
+
+#: The run manifest's field naming the sha256 of the ``chexpercept.json`` the run was made on.
+BUNDLE_SHA_FIELD = "benchmark_json_sha256"
 
 
 @dataclass
@@ -86,7 +92,7 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             progress: Callable[..., Iterable[Any]] | None = None, viewer: bool = True,
             system_prompt: str | None = None,
             viewer_image_max_side: int | None = None, jobs: int | None = None,
-            judged: bool = False) -> AnalysisResult:
+            judged: bool = False, allow_other_bundle: bool = False) -> AnalysisResult:
     """Analyse the runs of ``results_dir`` with this oracle setting and write the outputs.
 
     All-models mode (neither ``provider`` nor ``model``): the per-model CSVs next to each
@@ -121,14 +127,20 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             (``--judged``); False: the strict reading, a judged question counted as
             unparseable (docs/metrics.md, "Strict and judged readings"). Either way such runs
             get both readings in ``judge_summary.csv`` and the report.
+        allow_other_bundle: Accept a ``benchmark_dir`` whose ``chexpercept.json`` is not the
+            one a run's manifest names (``--allow-other-bundle``): that run is scored against
+            its answer keys, with a warning in the log, ``report.md`` and ``run_meta.json``
+            (docs/metrics.md, "Recomputed correctness"); False: refused.
 
     Returns:
         The analyses, the files written and the summary table.
 
     Raises:
-        InputError: If ``results_dir`` does not exist or holds no matching run, or
-            ``jobs < 1``.
-        SchemaError: If an ``all_results.json`` is invalid (names the file and key_ids).
+        InputError: If ``results_dir`` does not exist or holds no matching run, ``jobs < 1``,
+            or ``benchmark_dir`` is not the bundle a run was made on (without
+            ``allow_other_bundle``).
+        SchemaError: If an ``all_results.json`` is invalid, or a stored ``correct`` flag
+            disagrees with the one recomputed from its answer (names the file and key_ids).
     """
     results_dir = Path(results_dir)
     if benchmark_dir is not None and is_parquet_bundle(benchmark_dir):
@@ -139,6 +151,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     logger.info("analysing %d run(s) with oracle_%s in %s (bootstrap %d, seed %d)", len(runs),
                 oracle_setting, results_dir, bootstrap, seed)
     benchmark = load_chance_or_none(benchmark_dir)  # question probabilities only
+    answer_keys = load_answer_keys(benchmark_dir) if benchmark is not None else None
+    other_bundle = _other_bundle_runs(runs, benchmark_dir, answer_keys, allow_other_bundle)
     result = AnalysisResult([])
     if all_models:
         result.out_dir = out_dir = all_models_dir(output_dir, oracle_setting)
@@ -147,7 +161,9 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
     error_facts = load_error_facts(benchmark_dir) if benchmark is not None else None
     options = PassOptions(n_boot=bootstrap, seed=seed, limit=limit, viewer_dir=viewer_dir,
                           image_max_side=viewer_image_max_side, error_facts=error_facts,
-                          option_counts=option_counts(benchmark), judged=judged)
+                          option_counts=option_counts(benchmark), judged=judged,
+                          answer_keys=answer_keys,
+                          other_bundle=frozenset(str(r.run_dir) for r in other_bundle))
     parts = []
     cpus = usable_cpus() if jobs is None else jobs  # each pool: at most one per item
     # each file is read once: scored, then converted for the viewer (docs/design.md,
@@ -185,6 +201,9 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
             result.written.append(result.viewer)
         note = (f"option counts from {benchmark_dir}/chexpercept.json" if benchmark
                 is not None else f"NA: no valid chexpercept.json in {benchmark_dir}")
+        bundle_warning = _other_bundle_warning(other_bundle, benchmark_dir)
+        if bundle_warning:
+            note += f"; WARNING: {bundle_warning}"
         result.written.append(write_report(out_dir, render_report(
             result.analyses, chance, oracle_setting=oracle_setting, n_boot=bootstrap,
             seed=seed, benchmark_note=note, plots=plots, viewer=result.viewer)))
@@ -194,7 +213,8 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
                     "limit": limit, **dict(meta or {}), "benchmark_dir": str(benchmark_dir),
                     "bootstrap": bootstrap},
             seeds={"bootstrap": seed}, repo_root=repo_root(),
-            extra={"runs": [str(r.all_results) for r in runs]}))
+            extra={"runs": [str(r.all_results) for r in runs],
+                   **({"bundle_warning": bundle_warning} if bundle_warning else {})}))
     else:
         for analysis in result.analyses:
             chance = analyse_chance(benchmark, [analysis])
@@ -207,6 +227,58 @@ def analyze(results_dir: str | Path, oracle_setting: str, *, output_dir: str | P
                 "failed; outputs in %s", len(all_metrics), n_cases, n_missing,
                 result.out_dir if all_models else ", ".join(str(r.run_dir) for r in runs))
     return result
+
+
+def _other_bundle_runs(runs: Sequence[RunRef], benchmark_dir: str | Path | None,
+                       answer_keys: Mapping[str, Any] | None, allow: bool) -> list[RunRef]:
+    """The runs whose manifest names another ``chexpercept.json`` than ``benchmark_dir``'s.
+
+    Logs how each run's correctness is recomputed (docs/metrics.md, "Recomputed correctness"):
+    against the stored ground truth when there is no bundle, and that a run without a manifest
+    (release format) cannot be checked against the bundle.
+
+    Raises:
+        InputError: Naming the bundle, its sha256 and every run made on another one, unless
+            ``allow``.
+    """
+    if answer_keys is None or benchmark_dir is None:
+        logger.warning("no valid chexpercept.json in %s: each turn's correctness is recomputed "
+                       "against the ground_truth stored in all_results.json; the answer keys "
+                       "were not checked (pass --benchmark-dir, the runs' bundle)", benchmark_dir)
+        return []
+    sha = bundle_sha256(benchmark_dir)
+    other: list[RunRef] = []
+    for run in runs:
+        recorded = (RunStore(run.run_dir).read_manifest() or {}).get(BUNDLE_SHA_FIELD)
+        if recorded is None:
+            logger.info("%s: no run_manifest.json benchmark_json_sha256 (a release-format "
+                        "run?): whether it was made on %s/chexpercept.json cannot be checked",
+                        run.run_dir, benchmark_dir)
+        elif recorded != sha:
+            other.append(run)
+    if other and not allow:
+        raise InputError(
+            f"{benchmark_dir}/chexpercept.json (sha256 {sha}) is not the bundle "
+            f"{len(other)} run(s) were made on: "
+            + "; ".join(f"{r.run_dir}/run_manifest.json benchmark_json_sha256 "
+                        f"{(RunStore(r.run_dir).read_manifest() or {}).get(BUNDLE_SHA_FIELD)}"
+                        for r in other)
+            + " (pass that run's bundle as --benchmark-dir, or --allow-other-bundle to score "
+              "it against this bundle's answer keys)")
+    for run in other:
+        logger.warning("%s was made on another bundle than %s/chexpercept.json (sha256 %s; "
+                       "--allow-other-bundle): its correctness is recomputed against this "
+                       "bundle's answer keys", run.run_dir, benchmark_dir, sha)
+    return other
+
+
+def _other_bundle_warning(other: Sequence[RunRef], benchmark_dir: str | Path | None) -> str:
+    """The report's warning line for runs scored against another bundle ('' for none)."""
+    if not other:
+        return ""
+    return (f"{', '.join(r.label for r in other)} scored against the answer keys of "
+            f"{benchmark_dir}/chexpercept.json, not of the bundle the run was made on "
+            f"(--allow-other-bundle; docs/metrics.md, \"Recomputed correctness\")")
 
 
 @dataclass
@@ -224,6 +296,22 @@ class ComparisonResult:
     csv_path: Path
     text: str
     n_cases: int
+
+
+def _rescored(run: RunRef) -> Any:
+    """The run's parsed ``all_results.json``, its flags recomputed (docs/metrics.md).
+
+    No bundle is given, so each block's stored ground truth is the answer key ("Recomputed
+    correctness").
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: On invalid JSON, or a stored flag that disagrees with the recomputed one.
+    """
+    store = RunStore(run.run_dir)
+    data = rescore_results(store.read_results(validate=False, missing_ok=False),
+                           store.results_path, None)
+    return dict(data) if isinstance(data, dict) else data
 
 
 def _compare_cell(key: str, value: object) -> object:
@@ -251,12 +339,14 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, output_dir: str | Path
 
     Raises:
         InputError: If a run folder has no ``all_results.json``.
-        SchemaError: If a file is invalid, or the runs' key_id sets differ (names them).
+        SchemaError: If a file is invalid, a stored ``correct`` flag disagrees with the one
+            recomputed from its answer and stored ground truth, or the runs' key_id sets
+            differ (names them).
     """
     ref_a, ref_b = run_from_dir(run_a), run_from_dir(run_b)
     label_a, label_b = comparison_labels(ref_a, ref_b)
-    a = analyse_run_file(ref_a, n_boot=0, seed=seed)
-    b = analyse_run_file(ref_b, n_boot=0, seed=seed)
+    a = analyse_run_file(ref_a, n_boot=0, seed=seed, results=_rescored(ref_a))
+    b = analyse_run_file(ref_b, n_boot=0, seed=seed, results=_rescored(ref_b))
     rows = paired_comparison(a.table, b.table, n_boot=n_boot, seed=seed, label_a=label_a,
                              label_b=label_b)
     out_root = Path(output_dir) if output_dir is not None else Path(

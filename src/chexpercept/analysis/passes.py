@@ -29,6 +29,7 @@ from chexpercept.analysis.judge_report import (
 )
 from chexpercept.analysis.option_order import option_tables
 from chexpercept.analysis.release_tables import run_metrics
+from chexpercept.analysis.rescore import AnswerKey, rescore_results
 from chexpercept.analysis.runs import RunRef
 from chexpercept.analysis.sampling import analyse_samples
 from chexpercept.analysis.viewer import CHUNK_SIZE, ViewerPart, convert_run
@@ -55,6 +56,11 @@ class PassOptions:
         judged: Score the headline tables of a run made with ``--judge`` in the judged
             reading (``--judged``); False: the strict one (docs/metrics.md, "Strict and
             judged readings").
+        answer_keys: The bundle's answer keys (``rescore.load_answer_keys``) every stored
+            ``correct`` flag is recomputed against; None: each block's stored ground truth.
+        other_bundle: The answer keys are of another bundle than the runs'
+            (``--allow-other-bundle``): the recomputed flags replace the stored ones
+            (docs/metrics.md, "Recomputed correctness").
     """
 
     n_boot: int
@@ -66,6 +72,8 @@ class PassOptions:
     option_counts: Mapping[str, Mapping[str, int]] | None = None
     error_facts: Mapping[str, CaseFacts] | None = None
     judged: bool = False
+    answer_keys: Mapping[str, AnswerKey] | None = None
+    other_bundle: bool = False
 
 
 def run_pass(r: int, run: RunRef, options: PassOptions,
@@ -84,13 +92,16 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     Raises:
         InputError: If the run has no ``all_results.json``.
         SchemaError: As :func:`extended.analyse_run_file` (invalid JSON, or naming every bad
-            key_id), or from the viewer's ``records.jsonl``; from
+            key_id); from :func:`rescore.rescore_results` for a stored ``correct`` flag that
+            disagrees with the recomputed one (in any sample's file); from the viewer's
+            ``records.jsonl``; from
             :func:`option_order.option_tables` for a bad ``option_order`` or ground truth;
             from :func:`detection.check_pair_types` for a case whose pair id's
             positive/negative type disagrees with its ``qa_path``.
     """
     store = RunStore(run.run_dir)
-    raw = store.read_results(validate=False, missing_ok=False)
+    # every stored correct flag recomputed (docs/metrics.md, "Recomputed correctness")
+    raw = _rescored(store, 0, options)
     judge = _judge_of(store, raw)
     # a run made with --judge: its headline reading (docs/metrics.md, "Strict and judged
     # readings"); the viewer shows the file as it is
@@ -114,7 +125,7 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
     if samples > 1:  # a --samples K run: sampling_variance.csv (docs/metrics.md)
         reading = strict_results if judge is not None and not options.judged else dict
         analysis = replace(analysis, sampling=tuple(analyse_samples(
-            [dict(data), *(reading(store.read_sample_results(k)) for k in range(1, samples))],
+            [dict(data), *(reading(_rescored(store, k, options)) for k in range(1, samples))],
             [store.sample_results_path(k) for k in range(samples)], run.name,
             n_boot=options.n_boot, seed=options.seed,
             key_ids=None if options.limit is None else analysis.table.key_ids)))
@@ -124,6 +135,20 @@ def run_pass(r: int, run: RunRef, options: PassOptions,
                            image_max_side=options.image_max_side,
                            chunk_size=options.chunk_size)
     return analysis, part
+
+
+def _rescored(store: RunStore, sample: int, options: PassOptions) -> Any:
+    """Sample ``sample``'s parsed results with every ``correct`` flag recomputed.
+
+    Raises:
+        InputError: If the file is missing.
+        SchemaError: On invalid JSON, or a stored flag that disagrees with the recomputed one
+            (``rescore.rescore_results``).
+    """
+    data = (store.read_results(validate=False, missing_ok=False) if sample == 0
+            else store.read_sample_results(sample))
+    return rescore_results(data, store.sample_results_path(sample), options.answer_keys,
+                           other_bundle=options.other_bundle)
 
 
 def _judge_of(store: RunStore, data: Any) -> str | None:
