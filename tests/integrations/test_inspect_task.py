@@ -481,7 +481,7 @@ def test_the_documented_inspect_commands_log_under_outputs(tmp_path):
     """inspect's CLI defaults ``--log-dir`` to ``./logs`` (or ``INSPECT_LOG_DIR``) before any
     task code runs, so the documented commands pass ``--log-dir outputs/inspect_logs``, a
     git-ignored folder; ``logs/`` is git-ignored too for a command that leaves it out."""
-    for doc in ("README.md", "docs/integrations.md"):
+    for doc in ("README.md", str(Path("docs") / "integrations.md")):
         text = (REPO / doc).read_text(encoding="utf-8")
         blocks = [b for b in text.split("```") if "inspect eval " in b]
         assert blocks and all("--log-dir outputs/inspect_logs" in b for b in blocks), doc

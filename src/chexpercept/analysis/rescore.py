@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from chexpercept.errors import SchemaError
 from chexpercept.files import read_json
+from chexpercept.layouts import key_id_problem
 from chexpercept.schema import ATTRIBUTE_KEYS, MULTI_SELECT, BenchmarkItem
 from chexpercept.scoring import answer_correct
 from utils.errors import ChexperceptError
@@ -264,6 +265,10 @@ def rescore_results(data: Any, path: str | Path, answer_keys: Mapping[str, Answe
     disagree: list[str] = []
     rewritten: dict[str, dict[str, Any]] = {}
     for key_id, record in data.items():
+        unsafe = key_id_problem(key_id)
+        if unsafe is not None:  # a path-like key_id is refused by name (layouts), first
+            problems.append(f"key_id {key_id!r} {unsafe}")
+            continue
         if not isinstance(record, dict):
             continue
         key = None if answer_keys is None else answer_keys.get(key_id)

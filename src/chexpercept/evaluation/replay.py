@@ -29,7 +29,8 @@ from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.runner import run_evaluation
 from chexpercept.evaluation.session import EvalSettings, RunSummary, score_completion
 from chexpercept.layouts import eval_run_dir
-from utils.llm.base import FAULT, ChatModel, Completion, TurnRequest, Usage
+from utils.llm.base import FAULT, ChatModel, Completion, TokenTopLogprobs, TurnRequest, Usage
+from utils.llm.openai_provider import chat_top_logprobs
 from utils.status import COMPLETION_STATUSES
 
 _USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "thinking_tokens")
@@ -66,6 +67,7 @@ class RecordedReply:
     error: str | None = None
     user_text: str | None = None
     top_logprobs: Sequence[tuple[str, Mapping[str, float]]] | None = None
+
 
     def __post_init__(self) -> None:
         if self.status != FAULT and self.status not in COMPLETION_STATUSES:
@@ -119,6 +121,18 @@ class RecordedReply:
             raise SchemaError(f"{where}: not a recorded reply ({exc!r}): {data!r:.300}") \
                 from exc
 
+
+
+
+def chat_logprobs(block: Any) -> list[TokenTopLogprobs] | None:
+    """A harness's reply log-probabilities as :attr:`RecordedReply.top_logprobs`.
+
+    ``block`` is ``choices[0].logprobs`` as JSON in OpenAI's Chat Completions shape (which
+    inspect_ai's is), read as Stage 03's OpenAI provider reads it; None when missing or
+    malformed (the turn's ``option_probs`` is then ``missing``, never zeros). Integrations call
+    this rather than importing a provider (docs/architecture.md).
+    """
+    return chat_top_logprobs(block)
 
 def answer_turn(dialogue: Dialogue, prepared: PreparedTurn,
                 reply: RecordedReply) -> TurnOutcome:

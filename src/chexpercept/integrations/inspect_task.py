@@ -44,12 +44,12 @@ from chexpercept.evaluation.replay import (
     RecordedReply,
     answer_turn,
     case_result,
+    chat_logprobs,
     replay_case,
     stage_flags,
 )
 from chexpercept.integrations.inspect_log import REPLIES_KEY, TASK_NAME
 from chexpercept.rng import sample_seed
-from utils.llm.openai_provider import chat_top_logprobs
 
 try:
     from inspect_ai import Task, task
@@ -238,7 +238,7 @@ def recorded_reply(output: ModelOutput, prepared: PreparedTurn) -> RecordedReply
         "output_tokens": usage.output_tokens,
         "thinking_tokens": usage.reasoning_tokens or 0}
     logprobs = output.choices[0].logprobs
-    steps = None if logprobs is None else chat_top_logprobs(logprobs.model_dump())
+    steps = None if logprobs is None else chat_logprobs(logprobs.model_dump())
     return RecordedReply(request_id=rid, text=output.completion, status=status,
                          finish_reason=finish, usage=counts, user_text=prepared.text,
                          top_logprobs=steps)
