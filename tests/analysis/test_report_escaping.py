@@ -2,8 +2,8 @@
 
 A ``random`` Stage 03 run on the tiny bundle of ``tests/evaluation/stage03_bundle.py`` is
 renamed to a folder holding an ``<img onerror>`` tag; its manifest's model and judge hold one
-too, and its ``all_results.json`` gets an unfinished case whose key_id and reason hold a table
-pipe and a ``javascript:`` link. Stage 04 writes report.md; it is rendered by markdown-it-py
+too, and its ``all_results.json`` gets an unfinished case whose reason holds a table pipe and
+a ``javascript:`` link (a key_id holding them is refused outright: last test). Stage 04 writes report.md; it is rendered by markdown-it-py
 with raw HTML allowed (as a permissive renderer would) and opened in headless Chromium: no
 script ran, no element carries an ``onerror``, no link points at ``javascript:``, and the
 tables keep their columns, the hostile names shown as text in their own cells. A second run
@@ -44,6 +44,10 @@ RUN_NAME = f"random_{HOSTILE}"
 #: The run's label: its folder name and the judge its manifest names (``runs.run_label``).
 LABEL = run_label(RUN_NAME, protocol_fields({"judge": {"model": HOSTILE}}))
 KEY_ID = "k|[x](javascript:alert(1))"
+#: The unfinished case's key_id in the run: a path-like or markup key_id is refused by Stage 04
+#: before any report is written (layouts.key_id_problem), so the hostile text rides in the
+#: reason; ``escape_markdown`` is checked on ``KEY_ID`` directly.
+SAFE_KEY_ID = "effusion_s59999999_hostile_reason"
 REASON = ("turn 2 | no answer [x](javascript:alert(1)) *bold* `tick`\n"
           "<img src=y onerror=\"document.title='pwned too'\">")
 #: Chromium flags: no sandbox (root in containers), nothing that phones home
@@ -76,7 +80,7 @@ def report(tmp_path_factory) -> str:
     manifest["judge"] = {"model": HOSTILE}
     run_manifest_path(run_dir).write_text(json.dumps(manifest), encoding="utf-8")
     data = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
-    data[KEY_ID] = {"unfinished": {"reason": REASON}}
+    data[SAFE_KEY_ID] = {"unfinished": {"reason": REASON}}
     all_results_path(run_dir).write_text(json.dumps(data), encoding="utf-8")
     out = tmp / "out"
     argv = ["--results-dir", str(results), "--output-dir", str(out), "--benchmark-dir",
@@ -189,3 +193,23 @@ def test_tables_keep_their_columns_and_show_the_names_as_text(dom):
     assert hostile["unfinished cases (missing, not scored)"] == "1"
     judge = next(t for t in dom.tables if t[0][:3] == ["model", "judge", "path"])
     assert {row[1] for row in judge[1:]} == {HOSTILE}
+
+
+def test_a_markup_key_id_is_refused_before_any_report(tmp_path, capsys):
+    """A key_id with a pipe and a link is no safe folder name: Stage 04 exits 2 naming it."""
+    bench = stage03_bundle.write_bundle(tmp_path / "bench")
+    results = tmp_path / "results"
+    argv = ["--benchmark-dir", str(bench), "--output-path", str(results), "--no-progress",
+            "--provider", "random"]
+    assert run_main(_main(EVAL, "stage03_eval"), argv) == 0
+    run_dir = results / "random_baseline" / "oracle_implicit"
+    data = json.loads(all_results_path(run_dir).read_text(encoding="utf-8"))
+    data[KEY_ID] = {"unfinished": {"reason": "x"}}
+    all_results_path(run_dir).write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["--results-dir", str(results), "--output-dir", str(out), "--benchmark-dir",
+            str(bench), "--bootstrap", "0", "--no-viewer", "--no-progress", "--jobs", "1"]
+    assert run_main(_main(ANALYZE, "stage04_analyze"), argv) == 2
+    err = capsys.readouterr().err
+    assert "not a safe folder name" in err and repr(KEY_ID) in err
+    assert not (all_models_dir(out, "implicit") / "report.md").exists()

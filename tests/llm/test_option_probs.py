@@ -178,7 +178,9 @@ def test_openai_option_probs_run_records_them_and_stage04_writes_auroc(tmp_path,
     assert effusion["auroc"] == "" and "needs >= 2" in effusion["note"]
     report = (all_models_dir(out, "implicit") / "report.md").read_text()
     assert "## AUROC from option probabilities" in report
-    assert f"| openai_{MODEL} | {float(pooled['detection']['auroc']):.3f}" in report
+    # the run's label names its protocol (analysis.runs.run_label): --option-probs
+    assert f"| openai_{MODEL}+option_probs=yes | {float(pooled['detection']['auroc']):.3f}" \
+        in report
 
 
 def test_missing_logprobs_are_a_recorded_problem_not_zeros(tmp_path, monkeypatch):
