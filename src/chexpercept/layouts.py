@@ -20,6 +20,13 @@ from chexpercept.errors import SchemaError
 # Artifact paths (one function per artifact; release defaults; docs/README.md)
 # --------------------------------------------------------------------------------------
 
+#: Benchmark folder, relative to the repository root, when none is given (every stage's
+#: ``--benchmark-dir`` default; :func:`default_benchmark_dir`).
+DEFAULT_BENCHMARK_DIR = "data/chexpercept"
+#: Oracle settings of Stage 03 (docs/evaluation_protocol.md, "Oracle settings"), in the
+#: release's ``--oracle_setting`` order; a run folder is ``oracle_<setting>``.
+ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
+
 STAGE_DIRS = {
     "00": "src/00_source_data_curation",
     "01": "src/01_mask_deformation",
@@ -36,6 +43,11 @@ def repo_root() -> Path:
         if (parent / "pyproject.toml").is_file() and (parent / "src" / "chexpercept").is_dir():
             return parent
     return Path.cwd()
+
+
+def default_benchmark_dir() -> Path:
+    """``<repo>/data/chexpercept`` (:data:`DEFAULT_BENCHMARK_DIR`), absolute."""
+    return repo_root() / DEFAULT_BENCHMARK_DIR
 
 
 def default_config_path() -> Path:

@@ -38,11 +38,17 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept.analysis import ORACLE_SETTINGS
 from chexpercept.analysis.api import analyze
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.evaluation import SYSTEM_PROMPT
-from chexpercept.layouts import STAGE_DIRS, all_models_dir, repo_root, stage_output_dir
+from chexpercept.layouts import (
+    ORACLE_SETTINGS,
+    STAGE_DIRS,
+    all_models_dir,
+    default_benchmark_dir,
+    repo_root,
+    stage_output_dir,
+)
 from utils.cli import (
     add_common_args,
     add_config_arg,
@@ -56,7 +62,6 @@ from utils.cli import (
 logger = logging.getLogger("04_analyze_eval_result")
 
 DEFAULT_OUTPUT_DIR = repo_root() / STAGE_DIRS["04"]
-DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
 DEFAULT_BOOTSTRAP = 1000
 
 
@@ -95,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Folder that receives all_models_oracle_<setting>/ (default: {DEFAULT_OUTPUT_DIR}).")
     parser.add_argument(
         "--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
-        default=str(DEFAULT_BENCHMARK_DIR),
+        default=str(default_benchmark_dir()),
         help="Benchmark folder holding chexpercept.json, read for the chance rows' option "
              "counts; if it is missing the chance rows are NA (default: %(default)s).")
     parser.add_argument(

@@ -31,7 +31,6 @@ from typing import Any
 
 from chexpercept.config_schema import load_chexpercept_config
 from chexpercept.errors import ConfigError
-from chexpercept.evaluation import ORACLE_SETTINGS
 from chexpercept.evaluation.api import cost_table, evaluate, select_cases
 from chexpercept.evaluation.async_runner import DEFAULT_CONCURRENCY
 from chexpercept.evaluation.judge import DEFAULT_AUDIT_RATE
@@ -43,7 +42,7 @@ from chexpercept.evaluation.session import (
     UNFINISHED_EXIT,
     RunSummary,
 )
-from chexpercept.layouts import repo_root, stage_output_dir
+from chexpercept.layouts import ORACLE_SETTINGS, default_benchmark_dir, stage_output_dir
 from utils.cli import (
     add_common_args,
     add_config_arg,
@@ -74,7 +73,6 @@ from utils.ray_pool import require_ray
 
 logger = logging.getLogger("03_eval")
 
-DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
 #: Environment variable naming a file that Stage 03 writes its effective output path into
 #: (``--output-path``, else the config's ``eval_vlm_on_chexpercept.output_path``, else the
 #: default), so ``eval_chexpercept.sh`` runs Stage 04 on the folder Stage 03 wrote.
@@ -251,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False)
     add_config_arg(parser, None)
     parser.add_argument("--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
-                        default=str(DEFAULT_BENCHMARK_DIR),
+                        default=str(default_benchmark_dir()),
                         help="Folder with chexpercept.json and chexpercept/ "
                              "(default: %(default)s).")
     parser.add_argument("--output-path", "--output_path", dest="output_path", default=None,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from chexpercept.bundle import format_stats_table
 from chexpercept.config_schema import load_chexpercept_config
-from chexpercept.layouts import default_config_path
-from chexpercept.qa import DEFAULT_BENCHMARK_DIR, LINK_MODES, export_benchmark_from_config
+from chexpercept.layouts import DEFAULT_BENCHMARK_DIR, default_config_path
+from chexpercept.qa import LINK_MODES, export_benchmark_from_config
 from utils.cli import add_common_args, add_config_arg, run_main, start_logging
 
 logger = logging.getLogger("02_export_benchmark")

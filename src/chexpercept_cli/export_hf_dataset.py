@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.bundle import format_stats_table
-from chexpercept.qa import DEFAULT_BENCHMARK_DIR
+from chexpercept.layouts import DEFAULT_BENCHMARK_DIR
 from chexpercept.qa.hf_export import DEFAULT_MAX_SHARD_MB, export_hf_dataset
 from utils.cli import add_aliased_arg, add_common_args, run_main, start_logging
 

@@ -21,12 +21,11 @@ from collections.abc import Sequence
 
 from chexpercept.evaluation import load_bundle, select_key_ids
 from chexpercept.evaluation.sharding import merge_parts, write_merged
-from chexpercept.layouts import repo_root
+from chexpercept.layouts import default_benchmark_dir
 from utils.cli import add_common_args, positive_int, run_main, setup_logging
 
 logger = logging.getLogger("03_merge_parts")
 
-DEFAULT_BENCHMARK_DIR = repo_root() / "data" / "chexpercept"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         type=positive_int, required=True,
                         help="Number of parts the run was split into (required).")
     parser.add_argument("--benchmark-dir", "--benchmark_dir", dest="benchmark_dir",
-                        default=str(DEFAULT_BENCHMARK_DIR),
+                        default=str(default_benchmark_dir()),
                         help="The benchmark the parts ran on (default: %(default)s).")
     parser.add_argument("--limit", type=positive_int, default=None,
                         help="The --limit the parts ran with: only these cases must be "

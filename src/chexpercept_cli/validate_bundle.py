@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.bundle import format_stats_table
-from chexpercept.qa import DEFAULT_BENCHMARK_DIR, NAME_RULES, validate_benchmark
+from chexpercept.layouts import DEFAULT_BENCHMARK_DIR
+from chexpercept.qa import NAME_RULES, validate_benchmark
 from utils.cli import add_aliased_arg, add_common_args, run_main, start_logging
 
 logger = logging.getLogger("02_validate_bundle")

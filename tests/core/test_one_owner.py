@@ -18,6 +18,9 @@ OWNERS = {
     "KEY_ID_PATTERN": "src/chexpercept/layouts.py",
     "key_id_problem": "src/chexpercept/layouts.py",
     "relative_path_problem": "src/chexpercept/layouts.py",
+    "ORACLE_SETTINGS": "src/chexpercept/layouts.py",
+    "DEFAULT_BENCHMARK_DIR": "src/chexpercept/layouts.py",
+    "default_benchmark_dir": "src/chexpercept/layouts.py",
 }
 
 

@@ -19,14 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
-from chexpercept.layouts import NO_THINKING_SUFFIX, all_results_path, parse_run_name
+from chexpercept.layouts import (
+    NO_THINKING_SUFFIX,
+    ORACLE_SETTINGS,
+    all_results_path,
+    parse_run_name,
+)
 from chexpercept.run_store import IDENTITY_DEFAULTS, JUDGE_FIELD, SAMPLING_FIELD, RunStore
 
 logger = logging.getLogger(__name__)
 
-#: Oracle settings of Stage 03 (docs/evaluation_protocol.md, "Oracle settings"), in the
-#: release's ``--oracle_setting`` order.
-ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
 #: Run-folder suffix of a ``--no-thinking`` Stage 03 run (docs/evaluation_protocol.md,
 #: "Run folder").
 NO_THINKING = "no_thinking"

@@ -31,11 +31,9 @@ from chexpercept.bundle import ordinal
 from chexpercept.evaluation.cases import EvalCase, PlannedTurn
 from chexpercept.evaluation.option_order import ROTATION_MARK
 from chexpercept.evaluation.parsing import ParsedAnswer
+from chexpercept.layouts import ORACLE_SETTINGS
 from utils.llm.base import Message, TurnRequest
 from utils.status import Status
-
-#: Oracle settings (docs/evaluation_protocol.md, "Oracle settings"); ``implicit`` is the default.
-ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")
 
 #: System message of every request (docs/evaluation_protocol.md, "Prompt structure"; our
 #: wording, the release's meaning).

@@ -24,7 +24,6 @@ from chexpercept import schema
 from chexpercept.errors import ConfigError, ProviderError, SchemaError
 from chexpercept.evaluation.cases import Bundle, EvalCase, PlannedTurn, plan_cases
 from chexpercept.evaluation.dialogue import (
-    ORACLE_SETTINGS,
     SYSTEM_PROMPT,
     Dialogue,
     PreparedTurn,
@@ -49,7 +48,7 @@ from chexpercept.evaluation.reply_cap import REPLY_CHARS_FIELD, cap_reply, reply
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
 from chexpercept.files import to_jsonable
-from chexpercept.layouts import repo_root
+from chexpercept.layouts import ORACLE_SETTINGS, repo_root
 from chexpercept.provenance import SCHEMA_VERSION, provenance, redact_secrets
 from chexpercept.rng import sample_seed
 from chexpercept.run_store import (

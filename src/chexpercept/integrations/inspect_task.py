@@ -37,7 +37,7 @@ from typing import Any
 
 from chexpercept.errors import ConfigError, InputError, MissingDependencyError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, select_key_ids, validate_bundle
-from chexpercept.evaluation.dialogue import ORACLE_SETTINGS, Dialogue, PreparedTurn
+from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn
 from chexpercept.evaluation.option_order import apply_option_order, check_option_order
 from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replay import (
@@ -49,6 +49,7 @@ from chexpercept.evaluation.replay import (
     stage_flags,
 )
 from chexpercept.integrations.inspect_log import REPLIES_KEY, TASK_NAME
+from chexpercept.layouts import ORACLE_SETTINGS
 from chexpercept.rng import sample_seed
 
 try:

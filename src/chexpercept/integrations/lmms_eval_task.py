@@ -43,12 +43,12 @@ from typing import Any
 from chexpercept.errors import ConfigError, InputError, SchemaError
 from chexpercept.evaluation.cases import EvalCase, load_bundle, validate_bundle
 from chexpercept.evaluation.dialogue import (
-    ORACLE_SETTINGS,
     Dialogue,
     PreparedTurn,
     request_id,
 )
 from chexpercept.evaluation.replay import RecordedReply, case_result, replay_case, stage_flags
+from chexpercept.layouts import ORACLE_SETTINGS
 from utils.deps import require
 from utils.imaging import load_image
 

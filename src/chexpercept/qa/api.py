@@ -31,9 +31,11 @@ from chexpercept.callbacks import OnLogDir, Progress
 from chexpercept.errors import ConfigError
 from chexpercept.files import read_json
 from chexpercept.layouts import (
+    DEFAULT_BENCHMARK_DIR,
     CurationLayout,
     DeformationLayout,
     QALayout,
+    default_benchmark_dir,
     repo_root,
     stage_output_dir,
 )
@@ -51,8 +53,6 @@ logger = logging.getLogger(__name__)
 #: Worker processes of ``00_generate_qa.py`` (``--num-workers``) when not given; capped at the
 #: CPU count.
 DEFAULT_NUM_WORKERS = 16
-#: Benchmark folder, relative to the repository root, when none is given.
-DEFAULT_BENCHMARK_DIR = "data/chexpercept"
 #: ``names`` of :func:`validate_benchmark`: ``auto`` detects our bundles (marker /
 #: ``option_<i>.png``); ``strict`` makes answer-revealing names errors; ``release`` makes them
 #: warnings (docs/benchmark_format.md, "Option naming").
@@ -209,7 +209,7 @@ def export_benchmark_from_config(
     return export_benchmark(
         read_json(qa_results_json or out02.qa_results_json),
         bundle_dir=Path(bundle_dir or out02.bundle_dir),
-        benchmark_dir=Path(benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR),
+        benchmark_dir=Path(benchmark_dir or default_benchmark_dir()),
         seed=cfg.seed, per_path=sampling.per_path(), link=link,
         distinct_cxrs=sampling.distinct_cxrs, data_sources=data_sources,
         allow_mixed_licences=allow_mixed_licences)
@@ -265,7 +265,7 @@ def validate_benchmark(benchmark_dir: str | Path | None = None, *,
     """
     if names not in NAME_RULES:
         raise ConfigError(f"names rule {names!r}: expected one of {', '.join(NAME_RULES)}")
-    root = Path(benchmark_dir) if benchmark_dir else repo_root() / DEFAULT_BENCHMARK_DIR
+    root = Path(benchmark_dir) if benchmark_dir else default_benchmark_dir()
     check, items = validate_benchmark_dir(root, strict_names=NAME_RULES[names])
     check.log_warnings()
     return BundleValidation(benchmark_dir=root, check=check, items=items)

@@ -24,7 +24,7 @@ import yaml
 from chexpercept.bundle import ALL, check_bundle, ordinal, point_text, stats_rows
 from chexpercept.errors import InputError
 from chexpercept.files import read_json, write_text_atomic
-from chexpercept.layouts import BenchmarkLayout, repo_root
+from chexpercept.layouts import BenchmarkLayout, default_benchmark_dir
 from chexpercept.lesions import LESIONS, QA_PATHS, expected_stages, lesion_from_key_id
 from chexpercept.parquet_bundle import (
     CASE_JSON,
@@ -37,7 +37,6 @@ from chexpercept.parquet_bundle import (
     is_parquet_bundle,
     shard_name,
 )
-from chexpercept.qa.api import DEFAULT_BENCHMARK_DIR
 from chexpercept.qa.render import case_image_relpaths
 from chexpercept.schema import BenchmarkItem, parse_benchmark, qa_path_of
 from utils.deps import require
@@ -260,7 +259,7 @@ def export_hf_dataset(benchmark_dir: str | Path | None, out: str | Path, *,
         SchemaError: If the bundle fails the validator (every problem listed).
         MissingDependencyError: If pyarrow or datasets is missing (names the extra).
     """
-    layout = BenchmarkLayout(Path(benchmark_dir or repo_root() / DEFAULT_BENCHMARK_DIR))
+    layout = BenchmarkLayout(Path(benchmark_dir or default_benchmark_dir()))
     out = Path(out)
     if not max_shard_mb > 0:
         raise InputError(f"--max-shard-mb must be > 0, got {max_shard_mb}")
