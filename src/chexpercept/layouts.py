@@ -476,28 +476,86 @@ def parquet_digest_index_path() -> Path:
 
 
 def eval_run_dir(output_path: str | Path, provider: str, model: str, oracle_setting: str,
-                 *, no_thinking: bool = False) -> Path:
-    """``<output-path>/<provider>_<model>[_no_thinking]/oracle_<setting>/`` (a Stage 03 run).
+                 *, no_thinking: bool = False,
+                 protocol: tuple[tuple[str, str], ...] = ()) -> Path:
+    """``<output-path>/<provider>_<model>[_no_thinking][+key=value...]/oracle_<setting>/``.
 
-    docs/evaluation_protocol.md, "Run folder".
+    docs/evaluation_protocol.md, "Run folder". ``/`` in a model id (HF ids, local paths) is
+    replaced by ``--`` so the run stays one folder.
 
-    ``/`` in a model id (HF ids, local paths) is replaced by ``--`` so the run stays one folder.
+    Args:
+        output_path: Stage 03's ``--output-path``.
+        provider: The provider's label (``utils.llm.registry.provider_label``).
+        model: The model id.
+        oracle_setting: One of :data:`ORACLE_SETTINGS`.
+        no_thinking: A ``--no-thinking`` run (:data:`NO_THINKING_SUFFIX`).
+        protocol: The run's protocol suffixes (``(("order", "shuffled"), ("seed", "3"))``), in
+            :data:`RUN_NAME_PROTOCOL_KEYS` order, from
+            :func:`chexpercept.evaluation.api.run_name_protocol`; empty for a default run, whose
+            folder name is the release's.
+
+    Raises:
+        SchemaError: For a key not in :data:`RUN_NAME_PROTOCOL_KEYS` or a value that is not a
+            plain token (letters, digits, ``.``, ``,``, ``_``, ``-``).
     """
+    keys = [k for k, _ in protocol]
+    if keys != [k for k in RUN_NAME_PROTOCOL_KEYS if k in keys]:
+        raise SchemaError(f"run folder protocol keys {keys}: expected some of "
+                          f"{', '.join(RUN_NAME_PROTOCOL_KEYS)}, in that order, once each")
     safe_model = model.strip("/").replace("/", "--")
     name = f"{provider}_{safe_model}" + (NO_THINKING_SUFFIX if no_thinking else "")
-    return Path(output_path) / name / f"oracle_{oracle_setting}"
+    return Path(output_path) / (name + protocol_suffix(protocol)) / f"oracle_{oracle_setting}"
 
 
 #: Suffix of a ``--no-thinking`` run's folder name.
 NO_THINKING_SUFFIX = "_no_thinking"
+#: Keys of the ``+key=value`` suffixes a run folder's name may carry, in this order
+#: (docs/evaluation_protocol.md, "Run folder"): the option order, the sample count K and the
+#: seed, where they differ from a default run.
+RUN_NAME_PROTOCOL_KEYS: tuple[str, ...] = ("order", "samples", "seed")
+_PROTOCOL_VALUE = re.compile(r"[A-Za-z0-9._,-]+")
+_PROTOCOL_TAIL = re.compile(r"(?:\+(?:" + "|".join(RUN_NAME_PROTOCOL_KEYS)
+                            + r")=[A-Za-z0-9._,-]+)+$")
+
+
+def protocol_suffix(protocol: tuple[tuple[str, str], ...]) -> str:
+    """``+order=shuffled+seed=3``: the ``+key=value`` text of a run's protocol (``""`` if none).
+
+    The one writer of this syntax: run folder names (:func:`eval_run_dir`) and Stage 04's run
+    labels (:func:`chexpercept.analysis.runs.run_label`) use it.
+
+    Raises:
+        SchemaError: For a key or a value that is not a plain token (letters, digits, ``.``,
+            ``,``, ``_``, ``-``).
+    """
+    parts = []
+    for key, value in protocol:
+        text = str(value)
+        if not _PROTOCOL_VALUE.fullmatch(str(key)) or not _PROTOCOL_VALUE.fullmatch(text):
+            raise SchemaError(f"run protocol {key}={text!r}: a key and a value are letters, "
+                              "digits, '.', '_' or '-'")
+        parts.append(f"+{key}={text}")
+    return "".join(parts)
+
+
+def split_run_protocol(name: str) -> tuple[str, str]:
+    """``("<provider>_<model>[_no_thinking]", "+order=shuffled...")``: a run folder name's parts.
+
+    Only trailing ``+key=value`` suffixes with a key of :data:`RUN_NAME_PROTOCOL_KEYS` are split
+    off, so a model id that holds ``+`` keeps it.
+    """
+    tail = _PROTOCOL_TAIL.search(name)
+    return (name[:tail.start()], tail.group(0)) if tail else (name, "")
 
 
 def parse_run_name(name: str) -> tuple[str, str, bool]:
-    """``<provider>_<model>[_no_thinking]`` (a folder :func:`eval_run_dir` made) -> its parts.
+    """``<provider>_<model>[_no_thinking][+key=value...]`` (from :func:`eval_run_dir`) -> parts.
 
     Returns:
-        ``(provider, model as in the folder name ("--" for "/"), no_thinking)``.
+        ``(provider, model as in the folder name ("--" for "/"), no_thinking)``; the protocol
+        suffixes (:func:`split_run_protocol`) are not part of any.
     """
+    name, _ = split_run_protocol(name)
     no_thinking = name.endswith(NO_THINKING_SUFFIX)
     if no_thinking:
         name = name[:-len(NO_THINKING_SUFFIX)]

@@ -28,7 +28,7 @@ def _stage03(root: Path, **kw) -> tuple[Path, Path]:
     bench = write_bundle(root / "bench")
     results = root / "results"
     evaluate(bench, provider="random", output_path=results, oracle_setting="none", seed=3, **kw)
-    return bench, run_folder(results, "random", "baseline", "none")
+    return bench, run_folder(results, "random", "baseline", "none", seed=3, **kw)
 
 
 def _analyze(root: Path, bench: Path | None, **kw):

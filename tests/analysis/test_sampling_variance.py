@@ -101,7 +101,8 @@ def test_stage03_samples_run_gives_sampling_variance_csv_and_report_section(tmp_
     all_dir = all_models_dir(out, "none")
     with (all_dir / "sampling_variance.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert rows and {r["model"] for r in rows} == {"random_baseline"}  # dummy: one sample
+    # dummy: one sample; the CSVs name the run by its folder, which carries K and the seed
+    assert rows and {r["model"] for r in rows} == {"random_baseline+samples=3+seed=3"}
     by = {(r["path"], r["metric"]): r for r in rows}
     stage1 = by[("all", "e2e:stage1")]
     assert stage1["samples"] == "3" and stage1["n_cases"] == str(len(CASES))
@@ -151,7 +152,8 @@ def test_a_sample_file_of_other_cases_is_refused(tmp_path):
     results = tmp_path / "results"
     evaluate(bench, provider="random", output_path=results, oracle_setting="none", seed=3,
              samples=2, option_order="shuffled")
-    path = sample_results_path(run_folder(results, "random", "baseline", "none"), 1)
+    path = sample_results_path(run_folder(results, "random", "baseline", "none", seed=3,
+                                          samples=2, option_order="shuffled"), 1)
     data = json.loads(path.read_text(encoding="utf-8"))
     key_id = next(iter(data))
     analyze(results, "none", output_dir=tmp_path / "ok", benchmark_dir=bench, bootstrap=0,

@@ -159,6 +159,34 @@ def test_eval_run_dir_layout(tmp_path):
     assert d == tmp_path / "opensource_Qwen--Qwen3.6-27B_no_thinking" / "oracle_none"
 
 
+def test_run_folder_names_carry_the_protocol_and_parse_back(tmp_path):
+    # issue 29: a second mode of one model needed its own --output-path; now its folder does
+    from chexpercept.evaluation.api import run_folder, run_name_protocol
+    from chexpercept.layouts import parse_run_name, split_run_protocol
+
+    assert run_name_protocol("release", 1, 5) == ()  # a greedy release run: seed changes nothing
+    assert run_name_protocol("shuffled", 3, 5) == (("order", "shuffled"), ("samples", "3"),
+                                                   ("seed", "5"))
+    assert run_name_protocol("circular", 1, 0) == (("order", "circular"),)
+    names = {run_folder(tmp_path, "random", "baseline", "none", option_order=o, samples=k,
+                        seed=s).parent.name
+             for o in ("release", "shuffled", "circular") for k in (1, 2) for s in (0, 4)}
+    assert "random_baseline" in names and "random_baseline+order=shuffled+samples=2+seed=4" in names
+    # release: one name at K = 1 (the seed is unused), two at K = 2; four each for the others
+    assert len(names) == 1 + 2 + 4 + 4
+    for name in names:
+        assert parse_run_name(name) == ("random", "baseline", False)
+    d = eval_run_dir(tmp_path, "opensource", "org/m+v2", "none", no_thinking=True,
+                     protocol=(("order", "shuffled"),))
+    assert d.parent.name == "opensource_org--m+v2_no_thinking+order=shuffled"
+    assert parse_run_name(d.parent.name) == ("opensource", "org--m+v2", True)
+    assert split_run_protocol("openai_m+v2") == ("openai_m+v2", "")  # '+' in a model id stays
+    with pytest.raises(SchemaError, match="in that order"):
+        eval_run_dir(tmp_path, "p", "m", "none", protocol=(("seed", "1"), ("order", "shuffled")))
+    with pytest.raises(SchemaError, match="letters, digits"):
+        eval_run_dir(tmp_path, "p", "m", "none", protocol=(("order", "../x"),))
+
+
 def test_csv_writer_rejects_unknown_columns(tmp_path):
     with pytest.raises(SchemaError, match="not in the columns"):
         write_csv_atomic(tmp_path / "x.csv", [{"a": 1, "b": 2}], ["a"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import pytest
 from stage03_bundle import CASES, write_bundle
@@ -39,7 +40,11 @@ def bench(tmp_path):
 def _run(bench, out, **kwargs):
     kwargs = {"provider": "random", "oracle_setting": "none", "seed": 7, **kwargs}
     summary = evaluate(bench, output_path=out, **kwargs)
-    return summary, run_folder(out, kwargs["provider"], "baseline", kwargs["oracle_setting"])
+    run_dir = run_folder(out, kwargs["provider"], "baseline", kwargs["oracle_setting"],
+                         samples=kwargs.get("samples", 1), seed=kwargs["seed"],
+                         option_order=kwargs.get("option_order", "release"))
+    assert summary.run_dir == run_dir
+    return summary, run_dir
 
 
 def test_two_samples_per_case_with_their_own_recorded_seeds(bench, tmp_path):
@@ -94,10 +99,17 @@ def test_samples_are_deterministic_for_a_run_seed_and_sample_0_is_the_one_sample
 
 def test_resume_refuses_another_number_of_samples_and_resumes_the_same(bench, tmp_path):
     out = tmp_path / "out"
-    _run(bench, out, samples=2, limit=2)
-    for other in (1, 3):
-        with pytest.raises(ConfigError, match="'sampling'"):
-            _run(bench, out, samples=other)
+    _, first = _run(bench, out, samples=2, limit=2)
+    records = (first / "records.jsonl").read_bytes()
+    for other in (1, 3):  # K is in the folder's name: another K is another run beside it
+        _, other_dir = _run(bench, out, samples=other, limit=1)
+        assert other_dir != first and (first / "records.jsonl").read_bytes() == records
+    # a folder given another K's name by hand still has its identity: the manifest refuses it
+    k3 = run_folder(out, "random", "baseline", "none", samples=3, seed=7)
+    shutil.rmtree(k3.parent)
+    shutil.copytree(first.parent, k3.parent)
+    with pytest.raises(ConfigError, match="'sampling'"):
+        _run(bench, out, samples=3)
     summary, run_dir = _run(bench, out, samples=2)
     assert summary.turns_resumed == 2 * (9 + 6)  # the first two cases, both samples
     assert summary.turns_requested == 2 * TURNS - summary.turns_resumed
@@ -170,14 +182,15 @@ def test_cli_samples_and_temperature_flags(bench, tmp_path, capsys):
     args = ["--benchmark-dir", str(bench), "--output-path", str(tmp_path / "out"),
             "--no-progress", "--provider", "random", "--oracle-setting", "none"]
     assert run_main(main, [*args, "--samples", "2"]) == 0
-    run_dir = tmp_path / "out" / "random_baseline" / "oracle_none"
+    run_dir = tmp_path / "out" / "random_baseline+samples=2" / "oracle_none"
     assert sample_results_path(run_dir, 1).is_file()
     capsys.readouterr()
     assert run_main(main, [*args, "--samples", "2", "--temperature", "0.7"]) == 2
     assert "--temperature applies to --provider opensource / openai / azure / gemini" in \
         capsys.readouterr().err
-    assert run_main(main, [*args, "--samples", "3"]) == 2
-    assert "'sampling'" in capsys.readouterr().err
+    assert run_main(main, [*args, "--samples", "3"]) == 0  # its own folder
+    assert sample_results_path(tmp_path / "out" / "random_baseline+samples=3" / "oracle_none",
+                               2).is_file()
     assert run_main(main, [*args, "--provider", "transformers", "--model", "tiny",
                            "--samples", "2"]) == 2
     assert "cannot sample" in capsys.readouterr().err
@@ -288,14 +301,20 @@ def test_samples_with_circular_option_order(bench, tmp_path):
 
 
 def test_overwrite_removes_every_earlier_samples_results(bench, tmp_path):
-    # before: a --samples 3 run overwritten with --samples 2 kept all_results_sample_2.json
-    _, run_dir = _run(bench, tmp_path / "a", samples=3)
+    # before: a --samples 3 run overwritten with --samples 2 kept all_results_sample_2.json.
+    # K is in the folder's name, so the K = 3 run is given the K = 2 name by hand first.
+    _, k3 = _run(bench, tmp_path / "a", samples=3)
+    run_dir = run_folder(tmp_path / "a", "random", "baseline", "none", samples=2, seed=7)
+    run_dir.parent.parent.mkdir(parents=True, exist_ok=True)
+    k3.parent.rename(run_dir.parent)
     assert sample_results_path(run_dir, 2).is_file()
     _run(bench, tmp_path / "a", samples=2, overwrite=True)
     assert sample_results_path(run_dir, 1).is_file()
     assert not sample_results_path(run_dir, 2).exists()
+    default = run_folder(tmp_path / "a", "random", "baseline", "none")
+    run_dir.parent.rename(default.parent)
     _run(bench, tmp_path / "a", overwrite=True)
-    assert not sample_results_path(run_dir, 1).exists()
+    assert not sample_results_path(default, 1).exists()
 
 
 def test_a_stale_samples_file_without_a_manifest_is_refused(bench, tmp_path):

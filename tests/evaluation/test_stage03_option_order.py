@@ -406,18 +406,28 @@ def _cli(tmp_path, *extra):
 def test_cli_flag_runs_records_and_refuses(tmp_path, capsys):
     assert _cli(tmp_path, "--provider", "oracle", "--option-order", "shuffled", "--seed",
                 "4") == 0
-    run_dir = tmp_path / "out" / "oracle_baseline" / "oracle_implicit"
+    # the option order and the seed are in the folder's name (docs/evaluation_protocol.md,
+    # "Run folder"), so the release run of the same model goes beside it, not into it
+    run_dir = tmp_path / "out" / "oracle_baseline+order=shuffled+seed=4" / "oracle_implicit"
     results = _results(run_dir)
     assert all(d["correct"] for d in _walk(results) if "correct" in d)
     assert all("option_order" in r["detection_qa"] for r in results.values())
     assert read_json(run_manifest_path(run_dir))["option_order"] == "shuffled"
+    assert _cli(tmp_path, "--provider", "oracle", "--seed", "4") == 0
+    release_dir = tmp_path / "out" / "oracle_baseline" / "oracle_implicit"
+    assert read_json(run_manifest_path(release_dir))["option_order"] == "release"
+    assert read_json(run_manifest_path(run_dir))["option_order"] == "shuffled"
+    # a folder renamed by hand still has its identity: the manifest refuses the other order
+    release_dir.parent.rename(tmp_path / "out" / "renamed")
+    run_dir.parent.rename(tmp_path / "out" / "oracle_baseline")
     capsys.readouterr()
     assert _cli(tmp_path, "--provider", "oracle", "--seed", "4") == 2
     assert "'option_order' (run folder has 'shuffled', this command has 'release')" in \
         capsys.readouterr().err
     assert _cli(tmp_path, "--provider", "oracle", "--option-order", "circular", "--part", "0",
                 "--total-parts", "2") == 0  # a part of a circular run
-    part_dir = run_dir / "part_0_of_2"
+    part_dir = (tmp_path / "out" / "oracle_baseline+order=circular" / "oracle_implicit"
+                / "part_0_of_2")
     assert all("circular_correct" in r["detection_qa"] for r in _results(part_dir).values())
 
 

@@ -120,7 +120,10 @@ def run_stage03(server, bench: Path, oracle_setting: str, out: Path,
             "--benchmark-dir", str(bench), "--output-path", str(out), "--oracle_setting",
             oracle_setting, "--no-progress", "--max-retries", "0", *extra]
     assert script["main"](argv) == 0
-    return out / f"openai_{MODEL}" / f"oracle_{oracle_setting}"
+    # the folder's name carries a non-default option order, K and seed ("Run folder")
+    (run_dir,) = [p / f"oracle_{oracle_setting}" for p in out.iterdir()
+                  if p.name.startswith(f"openai_{MODEL}")]
+    return run_dir
 
 
 def stage_flags(result: dict[str, Any]) -> dict[str, bool]:
@@ -182,8 +185,11 @@ def test_inspect_and_stage03_agree_on_the_same_replies(offline_inspect, oracle_s
         assert any(len(entry) == 4 for r in results.values() for entry in r["chat_history"])
 
     converted = convert_inspect_log(log.location, tmp / "converted")
-    assert converted.all_results_path == (tmp / "converted" / f"inspect_openai-api--local--{MODEL}"
-                                          / f"oracle_{oracle_setting}" / "all_results.json")
+    # named as Stage 03 names the same protocol's folder
+    name = f"inspect_openai-api--local--{MODEL}" + run_dir.parent.name.removeprefix(
+        f"openai_{MODEL}")
+    assert converted.all_results_path == (tmp / "converted" / name / f"oracle_{oracle_setting}"
+                                          / "all_results.json")
     ours = json.loads(converted.all_results_path.read_text(encoding="utf-8"))
     assert list(ours) == list(results)  # benchmark order
     assert without_usage(ours) == without_usage(results)

@@ -145,7 +145,7 @@ def test_cli_two_samples_with_temperature_in_the_kv_window(stub, model_dir, tmp_
     with pytest.raises(ConfigError, match="needs --temperature T > 0"):
         run_eval_cli([*args, "--samples", "2"])
     assert run_eval_cli([*args, "--samples", "2", "--temperature", "0.7"]) == 0
-    run_dir = out / "opensource_qwen3.6-27b" / "oracle_none"
+    run_dir = out / "opensource_qwen3.6-27b+samples=2+seed=4" / "oracle_none"
     assert sample_results_path(run_dir, 1).is_file()
     records = read_records(run_dir)
     planned = turns_per_case(bench)

@@ -48,7 +48,8 @@ def runs(tmp_path_factory):
         argv = ["--benchmark-dir", str(bench), "--output-path", str(tmp / order),
                 "--no-progress", "--provider", "random", "--option-order", order]
         assert run_main(main, argv) == 0
-        out[order] = tmp / order / "random_baseline" / "oracle_implicit"
+        name = "random_baseline" + ("" if order == "release" else f"+order={order}")
+        out[order] = tmp / order / name / "oracle_implicit"
     return bench, out["release"], out["shuffled"]
 
 

@@ -24,6 +24,8 @@ from chexpercept.layouts import (
     ORACLE_SETTINGS,
     all_results_path,
     parse_run_name,
+    protocol_suffix,
+    split_run_protocol,
 )
 from chexpercept.run_store import IDENTITY_DEFAULTS, JUDGE_FIELD, SAMPLING_FIELD, RunStore
 
@@ -47,7 +49,7 @@ SEEDED_PROVIDERS = ("random",)
 PROTOCOL_KEYS = ("order", "samples", "temperature", "seed", "judge", "option_probs", "ablation")
 #: Characters a label keeps; others (``/`` and ``:`` of a judge's ``provider:model``) become ``-``
 #: so the label can name a file (``02_compare_runs.py``).
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+,-]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._,-]")
 
 
 @dataclass(frozen=True)
@@ -174,14 +176,18 @@ def protocol_fields(manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str]
 def run_label(name: str, protocol: tuple[tuple[str, str], ...]) -> str:
     """``<name>`` for a default run, else ``<name>+order=shuffled+seed=3`` (``+key=value`` each).
 
+    The protocol comes from the manifest (the truth), so a folder name's own protocol suffixes
+    (``layouts.split_run_protocol``) are replaced by it, never written twice.
+
     Args:
-        name: The run folder name ``<provider>_<model>[_no_thinking]``.
+        name: The run folder name ``<provider>_<model>[_no_thinking][+key=value...]``.
         protocol: :func:`protocol_fields` of its manifest.
 
     Returns:
         The label; file-name safe when ``name`` is.
     """
-    return name + "".join(f"+{k}={v}" for k, v in protocol)
+    base, _ = split_run_protocol(name)
+    return base + protocol_suffix(protocol)
 
 
 def protocol_text(protocol: tuple[tuple[str, str], ...]) -> str:

@@ -39,7 +39,11 @@ from chexpercept.evaluation.cost_estimate import (
     format_estimates,
 )
 from chexpercept.evaluation.judge import DEFAULT_AUDIT_RATE, Judge, create_judge
-from chexpercept.evaluation.option_order import apply_option_order, check_option_order
+from chexpercept.evaluation.option_order import (
+    OPTION_ORDERS,
+    apply_option_order,
+    check_option_order,
+)
 from chexpercept.evaluation.option_probs import OPTION_PROBS_TOP_K
 from chexpercept.evaluation.replicas import RayReplicas, check_ray_provider, evaluate_on_ray
 from chexpercept.evaluation.runner import run_evaluation
@@ -137,15 +141,40 @@ def default_concurrency(model: ChatModel, budgets: Sequence[DialogueBudget]) -> 
 
 def run_folder(output_path: str | Path, provider: str, model: str, oracle_setting: str, *,
                no_thinking: bool = False, part: int | None = None,
-               total_parts: int = 1) -> Path:
-    """The run folder of these settings (``<output>/<provider>_<model>/oracle_<setting>/``).
+               total_parts: int = 1, option_order: str = OPTION_ORDERS[0], samples: int = 1,
+               seed: int = 0) -> Path:
+    """The run folder of these settings (``<output>/<provider>_<model>[+...]/oracle_<setting>/``).
 
-    A part of a sharded run lives in ``.../part_<i>_of_<n>/`` (merged by
+    A run in another option order, with K > 1 samples, or (for either) another seed than 0
+    carries them in its name (:func:`run_name_protocol`), so each mode of one model has its own
+    folder under one ``--output-path`` (docs/evaluation_protocol.md, "Run folder"). A part of a
+    sharded run lives in ``.../part_<i>_of_<n>/`` (merged by
     :func:`chexpercept.evaluation.sharding.merge_parts`).
     """
     run_dir = eval_run_dir(output_path, provider_label(provider), model, oracle_setting,
-                              no_thinking=no_thinking)
+                           no_thinking=no_thinking,
+                           protocol=run_name_protocol(option_order, samples, seed))
     return eval_part_dir(run_dir, part, total_parts) if part is not None else run_dir
+
+
+def run_name_protocol(option_order: str, samples: int, seed: int) -> tuple[tuple[str, str], ...]:
+    """The ``+key=value`` suffixes of a run folder's name (``layouts.RUN_NAME_PROTOCOL_KEYS``).
+
+    ``order`` for an option order other than ``release``, ``samples`` for K > 1, and ``seed``
+    where the seed changes what is asked or drawn (either of those) and is not 0. A default
+    run's folder keeps the release's name.
+
+    Returns:
+        ``(("order", "shuffled"), ("seed", "3"))``-like pairs; empty for a default run.
+    """
+    out: list[tuple[str, str]] = []
+    if option_order != OPTION_ORDERS[0]:
+        out.append(("order", option_order))
+    if samples > 1:
+        out.append(("samples", str(samples)))
+    if out and seed != 0:
+        out.append(("seed", str(seed)))
+    return tuple(out)
 
 
 def check_option_probs(cls: type[ChatModel], provider: str) -> None:
@@ -303,7 +332,8 @@ def evaluate(benchmark_dir: str | Path, *, provider: str, output_path: str | Pat
     for case in cases:  # a question whose options cannot be reordered fails before any start
         apply_option_order(case, option_order, seed)
     run_dir = run_folder(output_path, provider, model_name, oracle_setting,
-                         no_thinking=no_thinking, part=part, total_parts=total_parts)
+                         no_thinking=no_thinking, part=part, total_parts=total_parts,
+                         option_order=option_order, samples=samples, seed=seed)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     generation = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}

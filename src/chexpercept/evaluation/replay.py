@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.evaluation.api import run_name_protocol
 from chexpercept.evaluation.cases import Bundle, EvalCase, load_bundle, validate_bundle
 from chexpercept.evaluation.dialogue import Dialogue, PreparedTurn, TurnOutcome, request_id
 from chexpercept.evaluation.option_order import apply_option_order
@@ -272,7 +273,9 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
                        provider_settings: Mapping[str, Any] | None = None) -> RunSummary:
     """Write the Stage 03 run folder of recorded replies (see the module docstring).
 
-    The run folder is ``layouts.eval_run_dir(output_path, provider, model, oracle_setting)``;
+    The run folder is ``layouts.eval_run_dir(output_path, provider, model, oracle_setting)``,
+    with the option order, K and seed in its name as Stage 03 names it
+    (:func:`~chexpercept.evaluation.api.run_name_protocol`);
     every file in it is written by Stage 03's session and run store
     (docs/evaluation_protocol.md, "Run folder"). A case whose replies stop before its last
     turn (the harness got no answer) is written as ``unfinished``, which Stage 04 counts as
@@ -332,5 +335,6 @@ def write_recorded_run(benchmark_dir: str | Path, replies: Iterable[RecordedRepl
                             max_consecutive_faults=0, save_every=max(1, len(cases)),
                             option_order=option_order, seed=seed, samples=samples,
                             option_probs=option_probs)
-    run_dir = eval_run_dir(output_path, provider, model, oracle_setting)
+    run_dir = eval_run_dir(output_path, provider, model, oracle_setting,
+                           protocol=run_name_protocol(option_order, samples, seed))
     return run_evaluation(bundle, cases, recorded, settings, run_dir, overwrite=overwrite)
