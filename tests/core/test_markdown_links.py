@@ -87,3 +87,9 @@ def test_readme_contents_list_every_section():
     contents = text[text.index("**Contents**"):text.index("\n## ")]
     assert sections, "README.md has no sections"
     assert [s for s in sections if f"(#{s})" not in contents] == []
+
+
+def test_readme_stays_a_front_page_of_at_most_300_lines():
+    # issue 31 item 5: details live in docs/, the README gives one line and a link each
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move details to docs/"

@@ -139,20 +139,16 @@ class Run:
     expect: tuple[str, ...] = ()
 
 
-INSPECT_LINE = "LOCAL_API_KEY=EMPTY inspect eval src/chexpercept/integrations/inspect_task.py \\"
 #: The blocks run here, by (document, first line).
 RUNS: dict[tuple[str, str], Run] = {
     # inspect_ai against a loopback server, then its log as a Stage 03 run folder
-    ("README.md", INSPECT_LINE): Run(
+    (_doc("integrations"), "export LOCAL_API_KEY=EMPTY    # or the server's key"): Run(
         substitutions=(("NAME", "loopback-vlm"), ("PORT", "{port}"),
                        ("outputs/inspect_logs/<the .eval file>",
                         '"$(ls outputs/inspect_logs/*.eval)"')),
         servers={"port": "loopback-vlm"},
         expect=("outputs/inspect_logs/*.eval", "src/03_eval_vlm_on_chexpercept/outputs/"
                 "inspect_openai-api--local--loopback-vlm/oracle_implicit/all_results.json")),
-    (_doc("integrations"), "export LOCAL_API_KEY=EMPTY    # or the server's key"): Run(
-        substitutions=(("NAME", "loopback-vlm"), ("PORT", "{port}")),
-        servers={"port": "loopback-vlm"}, expect=("outputs/inspect_logs/*.eval",)),
     # Stage 04's synopsis: every run of a results folder, all-models mode
     ("README.md", "python src/04_analyze_eval_result/01_analyze_model_performance.py "
                   "--results-dir DIR --oracle_setting S \\"): Run(
@@ -206,14 +202,12 @@ _LMMS = ("lmms-eval's vllm model class needs a GPU and the Qwen/Qwen2.5-VL-7B-In
          "from the Hugging Face Hub (no network here)")
 #: The blocks not run here, and why.
 SKIPPED: dict[tuple[str, str], str] = {
-    ("README.md", "export CHEXPERCEPT_BENCHMARK_DIR=outputs/sample_test/chexpercept"):
-        _LMMS + "; the converter needs that run's samples file. "
-        "tests/integrations/test_lmms_eval_task.py::"
-        "test_readme_command_through_the_lmms_eval_cli_then_the_converter runs both commands "
-        "with a stand-in model class plugged into lmms-eval's CLI",
     (_doc("integrations"), "export CHEXPERCEPT_BENCHMARK_DIR=outputs/sample_test/chexpercept"
                              "   # a bundle folder or its parquet export"):
-        _LMMS + " (the same command as the README's, see above)",
+        _LMMS + "; the converter needs that run's samples file. "
+        "tests/integrations/test_lmms_eval_task.py::"
+        "test_documented_command_through_the_lmms_eval_cli_then_the_converter runs both "
+        "commands with a stand-in model class plugged into lmms-eval's CLI",
     (_doc("parsing"), "python src/03_eval_vlm_on_chexpercept/00_eval.py --benchmark-dir "
                         "data/chexpercept \\"):
         "run as printed by tests/llm/test_judge_end_to_end.py against two loopback servers, "

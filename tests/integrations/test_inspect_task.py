@@ -90,7 +90,7 @@ def offline_inspect(tmp_path, monkeypatch):
     monkeypatch.setenv("INSPECT_LOG_DIR", str(tmp_path / "inspect_logs"))
     monkeypatch.setenv("INSPECT_DISPLAY", "none")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg_data"))
-    monkeypatch.chdir(REPO)  # the task file as the README gives it
+    monkeypatch.chdir(REPO)  # the task file as docs/integrations.md gives it
     return tmp_path
 
 
@@ -368,7 +368,7 @@ def test_recorded_run_refuses_two_replies_to_one_turn_and_replies_to_turns_never
 
 
 def test_a_relative_benchmark_dir_is_read_from_where_inspect_was_started(tmp_path, monkeypatch):
-    """inspect runs the task from the task file's folder; the README's relative
+    """inspect runs the task from the task file's folder; the documented relative
     ``-T benchmark_dir=outputs/sample_test/chexpercept`` is read from the shell's PWD
     (tests/e2e/test_documented_commands.py runs that command as printed)."""
     from chexpercept.integrations.inspect_task import resolve_benchmark_dir
@@ -487,7 +487,7 @@ def test_the_documented_inspect_commands_log_under_outputs(tmp_path):
     """inspect's CLI defaults ``--log-dir`` to ``./logs`` (or ``INSPECT_LOG_DIR``) before any
     task code runs, so the documented commands pass ``--log-dir outputs/inspect_logs``, a
     git-ignored folder; ``logs/`` is git-ignored too for a command that leaves it out."""
-    for doc in ("README.md", str(Path("docs") / "integrations.md")):
+    for doc in (str(Path("docs") / "integrations.md"),):
         text = (REPO / doc).read_text(encoding="utf-8")
         blocks = [b for b in text.split("```") if "inspect eval " in b]
         assert blocks and all("--log-dir outputs/inspect_logs" in b for b in blocks), doc

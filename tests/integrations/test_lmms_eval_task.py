@@ -400,9 +400,9 @@ PLUGIN_MODEL = textwrap.dedent(f"""
 """)
 
 
-def test_readme_command_through_the_lmms_eval_cli_then_the_converter(bench, tmp_path):
-    """``lmms-eval --tasks chexpercept_implicit --include_path ... --log_samples`` (the README's
-    command, a stand-in model plugged in), then ``03_import_lmms_samples.py``: Stage 03's
+def test_documented_command_through_the_lmms_eval_cli_then_the_converter(bench, tmp_path):
+    """``lmms-eval --tasks chexpercept_implicit --include_path ... --log_samples`` (the command
+    of docs/integrations.md, "lmms-eval", a stand-in model plugged in), then ``03_import_lmms_samples.py``: Stage 03's
     all_results.json for the same replies (token usage aside)."""
     plugin = tmp_path / "plugin" / "chexpercept_lmms_plugin"
     for package in (plugin, plugin / "models", plugin / "tasks"):
