@@ -17,8 +17,8 @@
 # Re-running is cheap: nothing is reinstalled while this script and pyproject.toml are unchanged.
 # Disk: about 9 GB while installing (8.6 GB at the peak, measured on 2026-12-06; 6.7 GB once
 # done). The torch wheel is downloaded once and deleted after install; pip's cache is off for
-# this venv, since it would keep a second copy of the CUDA wheels. It checks the free space first and exits 1 with one line when it is short
-# (CHEXPERCEPT_ENGINE_MIN_FREE_GB, default 10, sets the bar).
+# this venv, since it would keep a second copy of the CUDA wheels. It checks the free space
+# first and exits 1 with one line when it is short (CHEXPERCEPT_ENGINE_MIN_FREE_GB, default 10).
 # Uses PYTHON (default python3, >= 3.11). Exits 1 with one line when pip cannot install a step
 # (the pip log is kept next to the venv).
 set -euo pipefail
