@@ -11,7 +11,9 @@ run) holds:
   truth a resumed run is rebuilt from;
 - ``faults.jsonl``: one line per turn that got no answer (a fault, never scored;
   docs/engines.md, "Faults");
-- ``all_results.json``: the release's per-case results, rewritten atomically from the records.
+- ``all_results.json``: the release's per-case results, rewritten atomically from the records;
+- ``image_digests.json``: the sha256 of each benchmark image when the run started
+  (:mod:`chexpercept.image_digests`), so a resume over a changed image names it.
 
 Every runner, the shard merge and Stage 04 go through :class:`RunStore`; nothing else opens these
 files. Durability: each record is written and flushed to the OS as its turn completes, so a killed
@@ -43,6 +45,15 @@ from chexpercept.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from chexpercept.image_digests import (
+    IMAGES_SHA_FIELD,
+    ImageDigests,
+    changed_images,
+    image_digests_path,
+    named_changes,
+    read_run_digests,
+    write_run_digests,
+)
 from chexpercept.layouts import (
     all_results_path,
     faults_path,
@@ -55,12 +66,16 @@ logger = logging.getLogger(__name__)
 
 #: Manifest fields that must match for a run to be resumed (or parts to be merged).
 IDENTITY_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
-                   "seed", "system_prompt_sha256", "benchmark_json_sha256", "protocol_version",
-                   "sharding", "option_probs", "option_order",
+                   "seed", "system_prompt_sha256", "benchmark_json_sha256", IMAGES_SHA_FIELD,
+                   "protocol_version", "sharding", "option_probs", "option_order",
                    "sampling", "judge")
 #: The value of an identity field a manifest written before the field existed stands for
 #: (``option_order``: such a run showed the options in the release order).
 IDENTITY_DEFAULTS: dict[str, Any] = {"option_order": "release"}
+#: Identity fields whose absence means "not known" rather than a value: a manifest written
+#: before the field existed is compared on the other fields only (``benchmark_images_sha256``:
+#: such a run did not record its images, so they cannot be checked).
+IDENTITY_UNKNOWN_WHEN_ABSENT = (IMAGES_SHA_FIELD,)
 #: Manifest field of a ``--samples K`` run with K > 1 (an identity field): ``samples`` (K) and
 #: ``seeds`` (each sample's seed, ``rng.sample_seed``); absent for K = 1.
 SAMPLING_FIELD = "sampling"
@@ -106,13 +121,16 @@ def identity_diffs(old: Mapping[str, Any], new: Mapping[str, Any], *, old_name: 
 
     Returns:
         ``'<field>' (<old_name><sep><value>, <new_name><sep><value>)`` lines; empty when they
-        agree. A field a manifest lacks counts as its :data:`IDENTITY_DEFAULTS` value.
+        agree. A field a manifest lacks counts as its :data:`IDENTITY_DEFAULTS` value; a field
+        of :data:`IDENTITY_UNKNOWN_WHEN_ABSENT` that either lacks is not compared.
     """
     def value(manifest: Mapping[str, Any], k: str) -> Any:
         return manifest.get(k, IDENTITY_DEFAULTS.get(k))
 
+    unknown = {k for k in IDENTITY_UNKNOWN_WHEN_ABSENT if k not in old or k not in new}
     return [f"'{k}' ({old_name}{sep}{value(old, k)!r}, {new_name}{sep}{value(new, k)!r})"
-            for k in IDENTITY_FIELDS if k not in skip and value(old, k) != value(new, k)]
+            for k in IDENTITY_FIELDS
+            if k not in skip and k not in unknown and value(old, k) != value(new, k)]
 
 
 class RecordWriter:
@@ -193,20 +211,26 @@ class RunStore:
         """
         return read_json(self.manifest_path) if self.manifest_path.is_file() else None
 
-    def open(self, manifest: Mapping[str, Any], *, overwrite: bool = False) -> bool:
+    def open(self, manifest: Mapping[str, Any], *, overwrite: bool = False,
+             images: ImageDigests | None = None) -> bool:
         """Create the run (write ``manifest``) or check that it is the run already there.
 
         Args:
             manifest: The command's manifest (``session.build_manifest``).
-            overwrite: Delete the folder's manifest, records, faults and results (every
-                sample's) first.
+            overwrite: Delete the folder's manifest, records, faults, results (every
+                sample's) and image digests first.
+            images: The bundle's image digests (``evaluation.cases.bundle_image_digests``;
+                their sha256 is the manifest's ``benchmark_images_sha256``): a new run keeps
+                the per-file map in ``image_digests.json``, so that a resume over a changed
+                image names its key_id and file (docs/evaluation_protocol.md, "Run folder").
 
         Returns:
             True when an existing run is resumed.
 
         Raises:
             ConfigError: If the folder's manifest differs in an identity field (names each
-                field), or the folder holds outputs but no manifest.
+                field; a changed image by key_id and relative path), or the folder holds
+                outputs but no manifest.
         """
         # every sample's results count too: a K=3 run overwritten by K<=2 left a stale
         # all_results_sample_2.json next to the new run
@@ -215,7 +239,7 @@ class RunStore:
                    if self.run_dir.is_dir() else [])
         outputs = (self.records_path, self.faults_path, self.results_path, *samples)
         if overwrite:
-            for path in (self.manifest_path, *outputs):
+            for path in (self.manifest_path, *outputs, image_digests_path(self.run_dir)):
                 if path.exists():
                     path.unlink()
                     logger.info("--overwrite: removed %s", path)
@@ -223,12 +247,23 @@ class RunStore:
         if existing is not None:
             diffs = identity_diffs(existing, manifest, old_name="run folder has",
                                    new_name="this command has", sep=" ")
-            if diffs:
-                raise ConfigError(f"{self.manifest_path}: cannot resume this run: field(s) "
-                                  f"differ: {'; '.join(diffs)}. To run this command as a new "
-                                  f"run, give it another --output-path (the run here stays as "
-                                  f"it is); --overwrite would erase this run's manifest, "
-                                  f"records and results and start afresh in {self.run_dir}.")
+            images_changed = self._changed_images(existing, manifest, images)
+            if images_changed:
+                diffs = [d for d in diffs if not d.startswith(f"'{IMAGES_SHA_FIELD}'")]
+            if diffs or images_changed:
+                what = "; ".join(
+                    ([f"field(s) differ: {'; '.join(diffs)}"] if diffs else [])
+                    + ([f"{len(images_changed)} benchmark image(s) differ from those the run "
+                        f"started with ('{IMAGES_SHA_FIELD}'): {named_changes(images_changed)}"]
+                       if images_changed else []))
+                raise ConfigError(f"{self.manifest_path}: cannot resume this run: {what}. To "
+                                  f"run this command as a new run, give it another "
+                                  f"--output-path (the run here stays as it is); --overwrite "
+                                  f"would erase this run's manifest, records and results and "
+                                  f"start afresh in {self.run_dir}.")
+            if images is not None and existing.get(IMAGES_SHA_FIELD) == images.sha256 \
+                    and not image_digests_path(self.run_dir).is_file():
+                write_run_digests(self.run_dir, images)  # lost: the same map, so rewritten
             logger.info("resuming the run in %s", self.run_dir)
             return True
         leftovers = [str(p) for p in outputs if p.exists()]
@@ -237,8 +272,35 @@ class RunStore:
                               f"run_manifest.json (an older or foreign run): give this command "
                               f"another --output-path (those files stay as they are); "
                               f"--overwrite would erase them and start afresh here.")
+        if images is not None:  # first: a manifest never names digests it lacks the map of
+            write_run_digests(self.run_dir, images)
         write_json_atomic(self.manifest_path, to_jsonable(dict(manifest)))
         return False
+
+    def _changed_images(self, existing: Mapping[str, Any], manifest: Mapping[str, Any],
+                        images: ImageDigests | None) -> list[str]:
+        """The images that differ from the run's (``image_digests.changed_images``).
+
+        Empty when the digests agree, when either manifest predates the field (logged: the
+        images cannot be checked), or when the run's ``image_digests.json`` is lost (the
+        identity diff then names the field alone).
+        """
+        old, new = existing.get(IMAGES_SHA_FIELD), manifest.get(IMAGES_SHA_FIELD)
+        if old is None or new is None:
+            if new is not None:
+                logger.warning("%s has no '%s' (written before images were part of a run's "
+                               "identity): the benchmark images cannot be checked against "
+                               "those the run started with", self.manifest_path,
+                               IMAGES_SHA_FIELD)
+            return []
+        if old == new or images is None:
+            return []
+        recorded = read_run_digests(self.run_dir)
+        return [] if recorded is None else changed_images(recorded, images.files)
+
+    def read_image_digests(self) -> dict[str, str | None] | None:
+        """The per-image map the run recorded (``image_digests.json``), or None."""
+        return read_run_digests(self.run_dir)
 
     # -- records and faults -----------------------------------------------------------------
     @staticmethod

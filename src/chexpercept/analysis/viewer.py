@@ -76,6 +76,7 @@ CHUNK_SIZE = 200
 #: address in ``provider_runtime`` stays out).
 MANIFEST_FIELDS = ("provider", "model", "provider_settings", "oracle_setting", "no_thinking",
                    "seed", "protocol_version", "system_prompt_sha256", "benchmark_json_sha256",
+                   "benchmark_images_sha256",
                    "git_commit", "git_dirty", "created_at")
 #: Stage result blocks of ``all_results.json``, stage 1..4.
 _BLOCKS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa",

@@ -22,6 +22,7 @@ from chexpercept import schema
 from chexpercept.bundle import check_bundle, none_index, ordinal, point_text
 from chexpercept.bundle import listed_option_count as listed_option_count  # re-exported
 from chexpercept.errors import InputError, SchemaError
+from chexpercept.image_digests import ImageDigests, digest_files
 from chexpercept.layouts import BenchmarkLayout
 from chexpercept.lesions import QA_PATHS, expected_stages
 from chexpercept.parquet_bundle import is_parquet_bundle, unpack_parquet_bundle
@@ -354,3 +355,37 @@ def plan_cases(bundle: Bundle, key_ids: Sequence[str]) -> list[EvalCase]:
         raise SchemaError("cannot plan case(s):\n  " + "\n  ".join(problems))
     return cases
 
+
+def bundle_images(bundle: Bundle) -> dict[str, Path]:
+    """Every image file the bundle's cases send, by path relative to its ``chexpercept/`` folder.
+
+    All cases of the JSON, not a selection, so a run stopped under ``--limit`` and resumed on
+    more cases, and every part of a sharded run, have one image identity (docs/
+    evaluation_protocol.md, "Run folder"). The images are :func:`plan_case`'s (the one path
+    rule); a case that cannot be planned sends nothing and is left out (the validator refuses
+    it when it is selected). No file is opened.
+
+    Returns:
+        ``<key_id>/<path in the case folder>`` (``/``-separated) -> the file, sorted.
+    """
+    images_dir = bundle.layout.images_dir
+    out: dict[str, Path] = {}
+    for key_id, item in bundle.items.items():
+        try:
+            case = plan_case(key_id, item, bundle.layout)
+        except SchemaError as exc:
+            logger.debug("image digests: %s is left out (%s)", key_id, exc)
+            continue
+        for turn in case.turns:
+            for image in turn.images:
+                out[image.relative_to(images_dir).as_posix()] = image
+    return dict(sorted(out.items()))
+
+
+def bundle_image_digests(bundle: Bundle) -> ImageDigests:
+    """The sha256 of every image the bundle sends (:func:`bundle_images`), cached per file.
+
+    The manifest's ``benchmark_images_sha256`` (:func:`chexpercept.image_digests.digest_files`:
+    one streaming read per new or changed file, one ``stat`` per file otherwise).
+    """
+    return digest_files(bundle_images(bundle))

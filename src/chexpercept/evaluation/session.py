@@ -22,7 +22,13 @@ from typing import Any
 
 from chexpercept import schema
 from chexpercept.errors import ConfigError, ProviderError, SchemaError
-from chexpercept.evaluation.cases import Bundle, EvalCase, PlannedTurn, plan_cases
+from chexpercept.evaluation.cases import (
+    Bundle,
+    EvalCase,
+    PlannedTurn,
+    bundle_image_digests,
+    plan_cases,
+)
 from chexpercept.evaluation.dialogue import (
     SYSTEM_PROMPT,
     Dialogue,
@@ -48,6 +54,7 @@ from chexpercept.evaluation.reply_cap import REPLY_CHARS_FIELD, cap_reply, reply
 from chexpercept.evaluation.results import build_case_result
 from chexpercept.evaluation.scoring import is_correct
 from chexpercept.files import to_jsonable
+from chexpercept.image_digests import IMAGES_SHA_FIELD
 from chexpercept.layouts import ORACLE_SETTINGS, repo_root
 from chexpercept.provenance import SCHEMA_VERSION, provenance, redact_secrets
 from chexpercept.rng import sample_seed
@@ -246,8 +253,12 @@ NOT_REACHED = "not reached: the run stopped before this case finished"
 
 
 def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle,
-                   judge: Judge | None = None) -> dict[str, Any]:
+                   judge: Judge | None = None, *,
+                   images_sha256: str | None = None) -> dict[str, Any]:
     """The run manifest: identity fields (compared on resume) plus environment (not compared).
+
+    ``images_sha256`` (``cases.bundle_image_digests``) is the identity field
+    ``benchmark_images_sha256`` (docs/evaluation_protocol.md, "Run folder"); left out when None.
 
     Secrets are never written: provider settings are redacted by key name. A run with a judge
     (``--judge``) has the identity field ``judge`` (:meth:`Judge.identity`); a run without
@@ -271,6 +282,7 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle,
         "seed": settings.seed,
         "system_prompt_sha256": system_prompt_sha256(settings.system_prompt),
         "benchmark_json_sha256": bundle.json_sha256,
+        **({IMAGES_SHA_FIELD: images_sha256} if images_sha256 is not None else {}),
         "protocol_version": PROTOCOL_VERSION,
         # Only sharded runs have it (sharding.py); an identity field, so a part folder is never
         # resumed as another part or as an unsharded run.
@@ -921,7 +933,9 @@ def open_session(bundle: Bundle, cases: Sequence[EvalCase], model: ChatModel,
     if settings.samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {settings.samples}")
     store = RunStore(run_dir)
-    store.open(build_manifest(settings, model, bundle, judge), overwrite=overwrite)
+    images = bundle_image_digests(bundle)  # part of the identity (docs/evaluation_protocol.md)
+    store.open(build_manifest(settings, model, bundle, judge, images_sha256=images.sha256),
+               overwrite=overwrite, images=images)
     by_sample = store.load_sample_records()
     records = by_sample.get(0, {})
     stray = sorted(k for k in by_sample if k >= settings.samples)

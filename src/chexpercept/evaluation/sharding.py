@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import ConfigError, InputError
-from chexpercept.evaluation.cases import Bundle, plan_cases
+from chexpercept.evaluation.cases import Bundle, bundle_image_digests, plan_cases
 from chexpercept.evaluation.option_order import apply_option_order
+from chexpercept.image_digests import IMAGES_SHA_FIELD, changed_images, named_changes
 from chexpercept.layouts import eval_part_dir, run_manifest_path
 from chexpercept.rng import stable_hash
 from chexpercept.run_store import IDENTITY_FIELDS, SELECTION_FIELD, RunStore, identity_diffs
@@ -158,6 +159,7 @@ def merge_parts(bundle: Bundle, run_dir: str | Path, total_parts: int,
     manifests = _part_manifests(run_dir, total_parts, problems)
     first_part = min(manifests)
     warnings = _check_manifests(bundle, manifests, selection, problems)
+    _check_images(bundle, run_dir, total_parts, manifests, problems)
     # the turns the parts asked: their option order adds the circular rotations (an identity
     # field, so every part has the first part's; docs/evaluation_protocol.md, "Option order")
     reference = manifests[first_part]
@@ -225,6 +227,32 @@ def _part_manifests(run_dir: Path, total_parts: int,
         raise InputError(f"{run_dir}: cannot merge {total_parts} part(s):\n  "
                          + _listed(problems))
     return manifests
+
+
+def _check_images(bundle: Bundle, run_dir: Path, total_parts: int,
+                  manifests: dict[int, dict[str, Any]], problems: list[str]) -> None:
+    """Compare each part's ``benchmark_images_sha256`` with the bundle's images now.
+
+    A part whose images differ is a problem naming each changed image by key_id and relative
+    path (from the part's ``image_digests.json``; the digests alone when it is lost). A part
+    written before the field existed is not checked (docs/evaluation_protocol.md, "Run
+    folder"). The parts agree with one another through :func:`identity_diffs`.
+    """
+    ran = {part: m[IMAGES_SHA_FIELD] for part, m in manifests.items()
+           if m.get(IMAGES_SHA_FIELD) is not None}
+    if not ran:
+        return
+    images = bundle_image_digests(bundle)
+    for part, sha in sorted(ran.items()):
+        if sha == images.sha256:
+            continue
+        recorded = RunStore(eval_part_dir(run_dir, part, total_parts)).read_image_digests()
+        lines = changed_images(recorded, images.files) if recorded is not None else []
+        what = (f"{len(lines)} image(s) differ: {named_changes(lines)}" if lines else
+                f"'{IMAGES_SHA_FIELD}' {sha!r}, the bundle's now {images.sha256!r}")
+        problems.append(f"part {part} ran on other images than {bundle.layout.images_dir} "
+                        f"({what}); pass the --benchmark-dir the parts used, or run the parts "
+                        f"on these images under another --output-path")
 
 
 def _check_manifests(bundle: Bundle, manifests: dict[int, dict[str, Any]],
