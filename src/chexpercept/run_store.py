@@ -79,6 +79,11 @@ IDENTITY_UNKNOWN_WHEN_ABSENT = (IMAGES_SHA_FIELD,)
 #: Manifest field of a ``--samples K`` run with K > 1 (an identity field): ``samples`` (K) and
 #: ``seeds`` (each sample's seed, ``rng.sample_seed``); absent for K = 1.
 SAMPLING_FIELD = "sampling"
+#: Manifest field (not an identity field) of how the provider decodes by default:
+#: ``default_temperature`` (``ChatModel.default_temperature``) and ``sampling``
+#: (``ChatModel.sampling``: ``temperature``, ``seeded``, ``deterministic`` or null). Stage 04's
+#: run labels read it (docs/metrics.md, "Run labels"); absent from manifests written before it.
+PROVIDER_DECODING_FIELD = "provider_decoding"
 #: Record and fault field of a sample k >= 1 (K > 1 runs record it for every sample; absent
 #: means sample 0).
 SAMPLE_FIELD = "sample"

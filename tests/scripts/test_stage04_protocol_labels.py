@@ -134,14 +134,24 @@ def test_release_manifest_gives_the_folder_name(runs):
     (None, "m"),
     ({"option_order": "release", "seed": 0}, "m"),
     ({"seed": 0, "provider_settings": {"params": {"temperature": 0.0}}}, "m"),
-    # Gemini 3's default temperature is 1.0 (the release's): a default run
+    # Gemini 3's default temperature is 1.0 (the release's): a default run. Stage 03 records
+    # the provider's default in provider_decoding; Stage 04 never branches on a provider name
     ({"provider": "gemini", "model": "gemini-3.1-pro", "seed": 0,
+      "provider_decoding": {"default_temperature": 1.0, "sampling": "temperature"},
       "provider_settings": {"generation_config": {"temperature": 1.0}}}, "m"),
+    ({"provider": "gemini", "model": "gemini-3.1-pro", "seed": 0,  # written before the field
+      "provider_settings": {"generation_config": {"temperature": 1.0}}}, "m+temperature=1"),
+    ({"provider": "gemini", "model": "gemini-2.5-pro", "seed": 0,
+      "provider_decoding": {"default_temperature": 0.0, "sampling": "temperature"},
+      "provider_settings": {"generation_config": {"temperature": 1.0}}}, "m+temperature=1"),
     ({"option_order": "circular", "seed": 3}, "m+order=circular+seed=3"),
     # a greedy release-order run's seed changes no answer; the random baseline's does
     ({"provider": "openai", "seed": 3, "provider_settings": {"params": {"temperature": 0}}},
      "m"),
-    ({"provider": "random", "seed": 3}, "m+seed=3"),
+    ({"provider": "random", "seed": 3, "provider_decoding": {"sampling": "seeded"}},
+     "m+seed=3"),
+    ({"provider": "my.plugin:Seeded", "seed": 3, "provider_decoding": {"sampling": "seeded"}},
+     "m+seed=3"),  # the provider's declaration, not its name
     ({"sampling": {"samples": 5, "seeds": [0, 1, 2, 3, 4]}, "seed": 0,
       "provider_settings": {"sampling": {"temperature": 0.7}}},
      "m+samples=5+temperature=0.7"),
@@ -152,3 +162,13 @@ def test_release_manifest_gives_the_folder_name(runs):
 ])
 def test_label_carries_every_non_default_identity_field(manifest, label):
     assert run_label("m", protocol_fields(manifest)) == label
+
+
+def test_stage03_records_the_providers_default_decoding(runs):
+    from utils.llm.gemini_provider import GeminiChatModel
+
+    _, release, _ = runs
+    manifest = json.loads(run_manifest_path(release).read_text(encoding="utf-8"))
+    assert manifest["provider_decoding"] == {"default_temperature": 0.0, "sampling": "seeded"}
+    assert GeminiChatModel.default_temperature("gemini-3.1-pro") == 1.0
+    assert GeminiChatModel.default_temperature("gemini-2.5-flash") == 0.0

@@ -270,6 +270,17 @@ class ChatModel(abc.ABC):
     sampling: ClassVar[str | None] = None
 
     @classmethod
+    def default_temperature(cls, model: str) -> float:
+        """The temperature this provider decodes ``model`` at when none is given.
+
+        0.0 (greedy; docs/evaluation_protocol.md, "Providers"); a provider whose default
+        differs (Gemini 3: 1.0) overrides it. Stage 03 records it in the run manifest
+        (``provider_decoding``), so Stage 04 names a run's temperature only where it differs,
+        without knowing any provider.
+        """
+        return 0.0
+
+    @classmethod
     def sampling_refusal(cls, model: str, options: Mapping[str, Any]) -> str | None:
         """Why this provider cannot give independent samples (``--samples K`` > 1), or None.
 

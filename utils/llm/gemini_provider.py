@@ -105,6 +105,11 @@ class GeminiChatModel(ApiChatModel):
     sampling = "temperature"
     own_hosts = ("googleapis.com",)
 
+    @classmethod
+    def default_temperature(cls, model: str) -> float:
+        """1.0 for Gemini 3 (the release's, and Google's advice for it), else 0.0."""
+        return 1.0 if is_gemini3(model) else 0.0
+
     def __init__(self, model: str, config: GeminiConfig | None = None, *,
                  retry_policy: RetryPolicy | None = None, http_client: Any = None,
                  async_http_client: Any = None, env: Mapping[str, str] | None = None,
@@ -123,7 +128,7 @@ class GeminiChatModel(ApiChatModel):
         self.no_thinking = config.no_thinking
         self.max_output_tokens = int(config.max_new_tokens or config.max_output_tokens)
         self.temperature = (config.temperature if config.temperature is not None
-                            else (1.0 if is_gemini3(model) else 0.0))
+                            else self.default_temperature(model))
         self.seed = int(config.seed)
         self.base_url = config.base_url
         self._http_client = http_client

@@ -27,7 +27,13 @@ from chexpercept.layouts import (
     protocol_suffix,
     split_run_protocol,
 )
-from chexpercept.run_store import IDENTITY_DEFAULTS, JUDGE_FIELD, SAMPLING_FIELD, RunStore
+from chexpercept.run_store import (
+    IDENTITY_DEFAULTS,
+    JUDGE_FIELD,
+    PROVIDER_DECODING_FIELD,
+    SAMPLING_FIELD,
+    RunStore,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +44,12 @@ NO_THINKING = "no_thinking"
 RELEASE_ORDER: str = IDENTITY_DEFAULTS["option_order"]
 #: Seed of a default run (the shipped configs' ``seed: 0``).
 DEFAULT_SEED = 0
-#: Provider temperature of a default run (docs/evaluation_protocol.md, "Providers"):
-#: 0 (greedy) except Gemini 3, whose default 1.0 is the release's.
+#: Provider temperature of a default run whose manifest does not say (written before
+#: ``provider_decoding``): 0, greedy (docs/evaluation_protocol.md, "Providers").
 DEFAULT_TEMPERATURE = 0.0
-GEMINI3_TEMPERATURE = 1.0
-#: Providers whose answers are drawn from the run seed at any temperature (``utils.llm.baselines``:
-#: ``random``, ``sampling = "seeded"``).
-SEEDED_PROVIDERS = ("random",)
+#: ``provider_decoding.sampling`` of a provider whose answers are drawn from the run seed at any
+#: temperature (``ChatModel.sampling``; the ``random`` baseline).
+SEEDED_SAMPLING = "seeded"
 #: Label keys (:func:`protocol_fields`), in label order.
 PROTOCOL_KEYS = ("order", "samples", "temperature", "seed", "judge", "option_probs", "ablation")
 #: Characters a label keeps; others (``/`` and ``:`` of a judge's ``provider:model``) become ``-``
@@ -129,9 +134,11 @@ def protocol_fields(manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str]
 
     In :data:`PROTOCOL_KEYS` order: ``order`` (``option_order`` other than ``release``),
     ``samples`` (K of a ``--samples K`` run, K > 1), ``temperature`` (a provider temperature
-    other than its default, :data:`DEFAULT_TEMPERATURE`; Gemini 3: 1.0), ``seed`` (other than
-    0, where it changes the answers: a shuffled or circular order, K > 1, a temperature above
-    0, or a :data:`SEEDED_PROVIDERS` baseline; a greedy run's seed changes nothing), ``judge``
+    other than the provider's default, which the manifest's ``provider_decoding`` records:
+    Gemini 3's is 1.0; a manifest without the field: :data:`DEFAULT_TEMPERATURE`), ``seed``
+    (other than 0, where it changes the answers: a shuffled or circular order, K > 1, a
+    temperature above 0, or a provider whose ``provider_decoding.sampling`` is
+    :data:`SEEDED_SAMPLING`; a greedy run's seed changes nothing), ``judge``
     (the judge's ``PROVIDER:MODEL``), ``option_probs`` (``--option-probs``) and ``ablation`` (a
     manifest's ``ablation`` field, where one is recorded). The other identity fields name the
     model, bundle, prompt or code (folder name, ``benchmark_json_sha256``, ``protocol_version``,
@@ -154,13 +161,14 @@ def protocol_fields(manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str]
     if isinstance(sampling, Mapping) and int(sampling.get("samples", 1)) > 1:
         out["samples"] = sampling["samples"]
     temperature = _temperature(manifest.get("provider_settings"))
-    default = (GEMINI3_TEMPERATURE if manifest.get("provider") == "gemini"
-               and str(manifest.get("model", "")).startswith("gemini-3") else DEFAULT_TEMPERATURE)
+    decoding = manifest.get(PROVIDER_DECODING_FIELD)
+    decoding = decoding if isinstance(decoding, Mapping) else {}
+    default = decoding.get("default_temperature", DEFAULT_TEMPERATURE)
     if temperature is not None and temperature != default:
         out["temperature"] = temperature
     seed = manifest.get("seed", DEFAULT_SEED)
     seeded = ("order" in out or "samples" in out or (temperature or 0.0) > 0
-              or manifest.get("provider") in SEEDED_PROVIDERS)
+              or decoding.get("sampling") == SEEDED_SAMPLING)
     if seed is not None and seed != DEFAULT_SEED and seeded:
         out["seed"] = seed
     judge = manifest.get(JUDGE_FIELD)

@@ -63,6 +63,7 @@ from chexpercept.run_store import (
     FSYNC_INTERVAL_S,
     JUDGE_FIELD,
     KEPT_REPLY_FIELD,
+    PROVIDER_DECODING_FIELD,
     SAMPLE_FIELD,
     SAMPLING_FIELD,
     SELECTION_FIELD,
@@ -276,6 +277,10 @@ def build_manifest(settings: EvalSettings, model: ChatModel, bundle: Bundle,
         "model": settings.model,
         "provider_settings": redact_secrets(to_jsonable(model.describe())),
         "provider_runtime": redact_secrets(to_jsonable(model.runtime_info())),
+        # not an identity field: how the provider decodes by default, for Stage 04's labels
+        # (analysis.runs.protocol_fields), which never branch on a provider's name
+        PROVIDER_DECODING_FIELD: {"default_temperature": model.default_temperature(settings.model),
+                                  "sampling": model.sampling},
         "oracle_setting": settings.oracle_setting,
         "option_order": settings.option_order,
         "no_thinking": settings.no_thinking,
