@@ -9,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: name -> the one module (path relative to the repository) that defines it.
 OWNERS = {
+    # the change-of-mind words both parser layers read (docs/parsing.md, "Parser rules")
+    "CHANGE_OF_MIND_WORDS": "src/chexpercept/evaluation/answer_grammar.py",
     "PATH_STAGES": "src/chexpercept/lesions.py",
     "expected_stages": "src/chexpercept/lesions.py",
     "qa_path_of": "src/chexpercept/schema.py",

@@ -77,11 +77,14 @@ _CONDITION = re.compile(r"[ \t]*,?[ \t]*(?:only[ \t]+)?(?:if|unless|in[ \t]+case
 #: A change of mind after a list's boundary, with an option after it (``No, wait, yes``,
 #: ``Answer: 3. On second thought, 1``, ``Red, no, yellow``, ``the 2nd - no, the 3rd``,
 #: ``None - except maybe red``): the list no longer states the answer.
+#: The words of a change of mind (docs/parsing.md, "Parser rules"), shared by a list's reading
+#: here and the statement reader (``answer_statements``), which each add their own few.
+CHANGE_OF_MIND_WORDS = (r"actually|wait|correction|sorry|scratch(?:\s+that)?|just\s+kidding|hm+|"
+                        r"i\s+mean|i\s+meant|on\s+reflection|upon\s+reflection|that\s+said|"
+                        r"update|or\s+rather")
 _CHANGE_LEAD = re.compile(
-    r"(?:no|nope|wait|actually|sorry|correction|scratch(?:\s+that)?|just\s+kidding|hm+|well|"
-    r"i\s+mean|i\s+meant|rather|instead|except|but|apart\s+from|other\s+than|besides|"
-    r"on\s+(?:second|further|closer)\s+\w+|on\s+reflection|upon\s+reflection|that\s+said|update|"
-    r"or\s+rather|make\s+that)(?![A-Za-z])[\s,:;.!—–-]*(?:(?:possibly|maybe|perhaps|also|even|"
+    rf"(?:{CHANGE_OF_MIND_WORDS}|no|nope|well|rather|instead|except|but|apart\s+from|"
+    r"other\s+than|besides|on\s+(?:second|further|closer)\s+\w+|make\s+that)(?![A-Za-z])[\s,:;.!—–-]*(?:(?:possibly|maybe|perhaps|also|even|"
     r"just|only|probably|likely|rather|the|drop|scratch|remove|it'?s|i\s+meant?|make\s+it|"
     r"no|wait)(?![A-Za-z])[\s,:;.!—–-]*)*", re.IGNORECASE)
 #: A note after an item that is itself a hedge or an addition (``2 (or 3)``, ``1 (maybe)``).

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from chexpercept.evaluation.answer_grammar import (
     ABSENT,
+    CHANGE_OF_MIND_WORDS,
     CLOSERS,
     HEDGE,
     HEDGE_WORDS,
@@ -131,11 +132,10 @@ _PRESENCE = re.compile(
 
 # --- what may follow the deciding statement ----------------------------------------------
 
-_CHANGE_WORDS = (r"actually|on\s+(?:second|further|closer)\s+(?:look|thought|inspection|"
-                 r"review|examination)|on\s+reflection|upon\s+reflection|wait|correction|"
-                 r"reconsider\w*|re-?evaluat\w*|re-?examin\w*|i\s+mean|i\s+meant|"
-                 r"changing\s+my|after\s+all|sorry|scratch|just\s+kidding|hm+|update|"
-                 r"that\s+said|or\s+rather")
+_CHANGE_WORDS = (CHANGE_OF_MIND_WORDS
+                 + r"|on\s+(?:second|further|closer)\s+(?:look|thought|inspection|review|"
+                 r"examination)|reconsider\w*|re-?evaluat\w*|re-?examin\w*|changing\s+my|"
+                 r"after\s+all")
 #: Words between two statements that conclude: the later one is the answer ("..., so the
 #: answer is 3").
 _CONCLUSION = re.compile(r"\b(?:so|thus|therefore|hence|overall|final(?:ly)?|in\s+(?:summary|"
