@@ -22,7 +22,11 @@ runner with ``--oracle_setting none``:
 ``--kv-blocks N`` sets vLLM's ``num_gpu_blocks_override``: a KV cache of N blocks, to measure a
 cache far smaller than the dialogues' working set, as on a GPU with a large model.
 
-The prefix cache is reset before each run. Prints and writes JSON (``--out``): wall time,
+The prefix cache is reset before each run (the async modes get a fresh engine per run).
+``--repeat N`` runs every mode N times, alternating the modes' order round by round, and reports
+each mode's median run with every run's requests/s (``repeats_requests_per_s``); the ratios
+are of the medians, since one run on a shared machine proves nothing. Prints and writes JSON
+(``--out``): wall time,
 requests/s, ``LLM.chat`` calls, time outside ``generate``; ``prefix_cache``: from the records
 (vLLM's per-request ``num_cached_tokens``) ``hit_rate`` = cached / prompt tokens,
 ``computed_tokens`` = prompt tokens not found in the cache, ``min_computed_tokens`` = each case's
@@ -38,7 +42,7 @@ when a GPU build of vllm sees no CUDA GPU.
 Usage::
 
     python benchmarks/gpu_stage_batching.py [--cases 200] [--modes sequential,batched,async]
-        [--kv-blocks N] [--out DIR/gpu_stage_batching.json]
+        [--kv-blocks N] [--repeat 3] [--out DIR/gpu_stage_batching.json]
 """
 
 from __future__ import annotations
@@ -316,6 +320,14 @@ def _run(label: str, provider: ChatModel, engine: Any, bundle_root: Path, key_id
     return result
 
 
+def _median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median ``requests_per_s`` (the lower middle of an even count), plus
+    ``repeats_requests_per_s``: every run's rate, in run order (``--repeat``)."""
+    rates = [r.get("requests_per_s") or 0.0 for r in results]
+    middle = sorted(range(len(results)), key=lambda i: rates[i])[(len(results) - 1) // 2]
+    return {**results[middle], "repeats_requests_per_s": rates}
+
+
 def _raw_by_turn(run_dir: Path) -> dict[tuple[str, str], str]:
     return {(r["key_id"], r["turn"]): r["raw"] for r in read_jsonl(records_path(run_dir))}
 
@@ -357,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--async-concurrency", type=int, default=256,
                         help="Requests in flight of the async runs (default: %(default)s, "
                              "ASYNC_ENGINE_CONCURRENCY).")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="Runs of each mode, alternated (the order reversed on every other "
+                             "round) on one engine; each mode reports its median run "
+                             "(default: %(default)s).")
     parser.add_argument("--seed", type=int, default=0, help="Seed (default: %(default)s).")
     parser.add_argument("--out", default=None,
                         help="JSON result file (default: print only).")
@@ -406,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                                      **({"dtype": dtype} if dtype else {})}}
         key_ids = list(load_bundle(bundle_root).items)
         runs: dict[str, dict[str, Any]] = {}
+        repeats: dict[str, list[dict[str, Any]]] = {}
         runtime: dict[str, Any] = {}
         load_s = None
         if {"sequential", "turn_index", "batched"} & set(modes):
@@ -415,32 +432,32 @@ def main(argv: list[str] | None = None) -> int:
             load_s = round(time.perf_counter() - started, 2)
             runtime = provider.runtime_info()
             try:
-                if "sequential" in modes:
-                    runs["sequential"] = _run("sequential", provider, engine, bundle_root,
-                                              key_ids[:n_seq], work / "runs",
-                                              one_at_a_time=True, window=False)
-                if "turn_index" in modes:
-                    runs["turn_index"] = _run("turn_index", provider, engine, bundle_root,
-                                              key_ids, work / "runs", one_at_a_time=False,
-                                              window=False)
-                if "batched" in modes:
-                    runs["batched"] = _run("batched", provider, engine, bundle_root, key_ids,
-                                           work / "runs", one_at_a_time=False)
+                engine_modes = [m for m in ("sequential", "turn_index", "batched") if m in modes]
+                for r in range(args.repeat):  # alternate, so drift on a shared machine is split
+                    for mode in engine_modes if r % 2 == 0 else engine_modes[::-1]:
+                        cases = key_ids[:n_seq] if mode == "sequential" else key_ids
+                        repeats.setdefault(mode, []).append(_run(
+                            mode if r == 0 else f"{mode}_r{r}", provider, engine, bundle_root,
+                            cases, work / "runs", one_at_a_time=mode == "sequential",
+                            window=mode == "batched"))
             finally:
                 provider.close()
         async_load_s = None
-        for label in ("async", "async_unbounded"):
-            if label not in modes:
-                continue
-            provider = create_model("opensource", args.model, engine="async", **options)
-            try:
-                provider.start()  # as Stage 03 does: the engine (and its cache) before the run
-                async_load_s = provider.async_load_s
-                runtime = runtime or provider.runtime_info()
-                runs[label] = _run_async(label, provider, bundle_root, key_ids, work / "runs",
-                                         args.async_concurrency, window=label == "async")
-            finally:
-                provider.close()
+        async_modes = [m for m in ("async", "async_unbounded") if m in modes]
+        for r in range(args.repeat):  # a fresh engine per run: its prefix cache starts empty
+            for label in async_modes if r % 2 == 0 else async_modes[::-1]:
+                provider = create_model("opensource", args.model, engine="async", **options)
+                try:
+                    provider.start()  # as Stage 03 does: the engine (and cache) before the run
+                    async_load_s = provider.async_load_s
+                    runtime = runtime or provider.runtime_info()
+                    repeats.setdefault(label, []).append(_run_async(
+                        label if r == 0 else f"{label}_r{r}", provider, bundle_root, key_ids,
+                        work / "runs", args.async_concurrency, window=label == "async"))
+                finally:
+                    provider.close()
+        for label, results in repeats.items():  # each mode's median run, with every run's rate
+            runs[label] = _median_run(results)
         raws = {label: _raw_by_turn(work / "runs" / label) for label in runs}
         agreement = {}
         reference = next((m for m in ("turn_index", "batched") if m in raws), None) or \

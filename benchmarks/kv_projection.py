@@ -22,12 +22,20 @@ No engine runs. For each open model of the paper whose architecture is given her
   cached and each case computes its longest prompt once (less the shared system prompt), as the
   benchmark measures (``gpu_stage_batching.py``: ``min_computed_tokens``).
 
+- **Cost model** (:class:`GpuCost`): hours = prefill tokens x 2 x params / sustained FLOP/s
+  (compute-bound) + decode steps x (weights + width x context x KV bytes per token) / memory
+  bandwidth (memory-bound), with ``turns x --reply-tokens`` tokens decoded at a width of the
+  dialogues the cache holds. It shows where the window pays (short replies: prefill dominates)
+  and where it would not (long replies: decode dominates and the window's width, set by each
+  dialogue's full footprint, is narrower).
+
 A projection, not a measurement: see docs/design.md, "KV cache at scale". Prints a Markdown
 table (and writes JSON with ``--out``).
 
 Usage::
 
-    python benchmarks/kv_projection.py [--gpu-gb 80 141] [--reply-tokens 16] [--out FILE.json]
+    python benchmarks/kv_projection.py [--gpu-gb 80 141] [--reply-tokens 16]
+        [--gpu-tflops 400] [--gpu-tbps 3.35] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -153,9 +161,39 @@ def system_tokens(root: Path, limits: PromptLimits) -> int:
     return estimate_prompt_tokens(first, limits)
 
 
+@dataclass(frozen=True)
+class GpuCost:
+    """A GPU's cost model: prefill is compute-bound, decode memory-bound (one GPU, bf16).
+
+    Attributes:
+        tflops: Sustained bf16 dense TFLOP/s in prefill (default 400: about 40 % of an H100
+            SXM's 989 peak, a typical prefill utilisation).
+        tbps: Memory bandwidth in TB/s (3.35: H100 SXM; 4.8: H200).
+    """
+
+    tflops: float = 400.0
+    tbps: float = 3.35
+
+    def prefill_s(self, tokens: float, params_b: float) -> float:
+        """Seconds to prefill ``tokens`` (2 x params FLOPs per token)."""
+        return tokens * 2 * params_b * 1e9 / (self.tflops * 1e12)
+
+    def decode_s(self, tokens: float, width: int, context: float, weights_bytes: float,
+                 kv_bytes_per_token: float) -> float:
+        """Seconds to decode ``tokens`` at ``width`` sequences per step, each holding ``context``
+        tokens: every step reads the weights once and each sequence's KV cache."""
+        if width < 1:
+            return math.inf
+        step = (weights_bytes + width * context * kv_bytes_per_token) / (self.tbps * 1e12)
+        return tokens / width * step
+
+
 def project(arch: Arch, root: Path, gpu_gb: float, utilization: float, reserve_gb: float,
-            reply_tokens: int) -> dict[str, object]:
-    """One row: capacity, dialogues in the window, prefill tokens under each scheduler."""
+            reply_tokens: int, cost: GpuCost | None = None) -> dict[str, object]:
+    """One row: capacity, dialogues in the window, prefill tokens under each scheduler, and the
+    cost model's hours for each (:class:`GpuCost`; decode width: the dialogues the cache holds,
+    at their mean footprint for the window, at the mean prompt for one call per turn index)."""
+    cost = cost or GpuCost()
     limits = PromptLimits(image_rule=rule_for_model(arch.model_id))
     prompts = turn_prompts(root, limits, reply_tokens)
     shared = system_tokens(root, limits)
@@ -168,15 +206,28 @@ def project(arch: Arch, root: Path, gpu_gb: float, utilization: float, reserve_g
     footprint = sum(MIX[k] * (p[-1] + reply_tokens) for k, p in prompts.items()) / dialogues
     largest = max(p[-1] + reply_tokens for p in prompts.values())
     first_turn = sum(MIX[k] * p[0] for k, p in prompts.items())
+    mean_prompt = sum(MIX[k] * sum(p) for k, p in prompts.items()) / turns
+    in_window = math.floor(capacity / footprint) if capacity else 0
+    width_by_turn = min(dialogues, math.floor(capacity / mean_prompt)) if capacity else 0
+    weights, kv = arch.params_b * 2e9, arch.kv_bytes_per_token
+    decode = turns * reply_tokens
+    hours_by_turn = (cost.prefill_s(by_turn, arch.params_b)
+                     + cost.decode_s(decode, width_by_turn, mean_prompt, weights, kv)) / 3600
+    hours_window = (cost.prefill_s(window, arch.params_b)
+                    + cost.decode_s(decode, min(in_window, dialogues), footprint, weights,
+                                    kv)) / 3600
     return {
         "model": arch.alias, "gpu_gb": gpu_gb, "kv_kib_per_token": arch.kv_bytes_per_token / 1024,
         "weights_gb": round(arch.params_b * 2, 1), "kv_capacity_tokens": capacity,
         "fits": capacity >= largest, "dialogues": dialogues, "turns": turns,
         "mean_footprint_tokens": round(footprint), "largest_footprint_tokens": largest,
         "first_turn_index_tokens": first_turn,
-        "dialogues_in_window": math.floor(capacity / footprint) if capacity else 0,
+        "dialogues_in_window": in_window,
         "prefill_by_turn_index": by_turn, "prefill_window": window,
         "ratio": round(by_turn / window, 2), "note": arch.note,
+        "reply_tokens": reply_tokens, "cost_model": {"tflops": cost.tflops, "tbps": cost.tbps},
+        "hours_by_turn_index": round(hours_by_turn, 3) if capacity else None,
+        "hours_window": round(hours_window, 3) if capacity else None,
     }
 
 
@@ -184,17 +235,19 @@ def markdown(rows: list[dict[str, object]]) -> str:
     """The table docs/design.md shows."""
     lines = ["| model | KV KiB/token | weights GB | GPU GB | KV capacity (tokens) | "
              "dialogues in the window | prefill, per turn index (M tokens) | prefill, window "
-             "(M tokens) | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+             "(M tokens) | ratio | hours, per turn index | hours, window |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["fits"]:
             lines.append(f"| {r['model']} | {r['kv_kib_per_token']:.0f} | {r['weights_gb']} | "
                          f"{r['gpu_gb']:.0f} | {r['kv_capacity_tokens']:,} | does not fit one "
-                         f"GPU (tensor parallel) | - | - | - |")
+                         f"GPU (tensor parallel) | - | - | - | - | - |")
             continue
         lines.append(f"| {r['model']} | {r['kv_kib_per_token']:.0f} | {r['weights_gb']} | "
                      f"{r['gpu_gb']:.0f} | {r['kv_capacity_tokens']:,} | "
                      f"{r['dialogues_in_window']:,} | {r['prefill_by_turn_index'] / 1e6:.1f} | "
-                     f"{r['prefill_window'] / 1e6:.1f} | {r['ratio']} |")
+                     f"{r['prefill_window'] / 1e6:.1f} | {r['ratio']} | "
+                     f"{r['hours_by_turn_index']:.2f} | {r['hours_window']:.2f} |")
     return "\n".join(lines)
 
 
@@ -229,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=_arch, action="append", default=[],
                         help="Add a model: ALIAS:MODEL_ID:LAYERS:KV_HEADS:HEAD_DIM:PARAMS_B "
                              "(default: none beyond the built-in rows).")
+    parser.add_argument("--gpu-tflops", type=float, default=GpuCost.tflops,
+                        help="Sustained bf16 TFLOP/s in prefill (default: %(default)s, ~40 %% "
+                             "of an H100's peak).")
+    parser.add_argument("--gpu-tbps", type=float, default=GpuCost.tbps,
+                        help="GPU memory bandwidth, TB/s (default: %(default)s, H100 SXM).")
     parser.add_argument("--out", default=None, help="JSON file (default: print only).")
     return parser
 
@@ -246,8 +304,9 @@ def main(argv: list[str] | None = None) -> int:
             for rel in bundle_mod.image_relpaths(key_id, item):
                 pixels = np.full((IMAGE_SIZE, IMAGE_SIZE, 3), i % 256, dtype=np.uint8)
                 Image.fromarray(pixels).save(root / "chexpercept" / key_id / rel)
-        rows = [project(arch, root, gpu, args.utilization, args.reserve_gb, args.reply_tokens)
-                for arch in (*ARCHS, *args.model) for gpu in args.gpu_gb]
+        cost = GpuCost(args.gpu_tflops, args.gpu_tbps)
+        rows = [project(arch, root, gpu, args.utilization, args.reserve_gb, args.reply_tokens,
+                        cost) for arch in (*ARCHS, *args.model) for gpu in args.gpu_gb]
     print(markdown(rows))
     if args.out:
         write_json_atomic(Path(args.out), {"utilization": args.utilization,

@@ -79,8 +79,8 @@ RUNS: dict[str, Tiny | Elsewhere] = {
     # tests/llm/test_vllm_provider.py runs its main() on a stub vllm; here the real engine
     "gpu_stage_batching.py": Tiny(
         ("--cases", "3", "--sequential-cases", "2", "--max-new-tokens", "4", "--max-model-len",
-         "8192", "--enforce-eager", "--modes", "sequential,batched"),
-        '"throughput_ratio_batched_over_sequential"', needs="vllm"),
+         "8192", "--enforce-eager", "--modes", "sequential,batched", "--repeat", "2"),
+        '"repeats_requests_per_s"', needs="vllm"),
     "kv_projection.py": Tiny((), "| medgemma1.5 |"),
 }
 
