@@ -327,3 +327,31 @@ def test_sam2_random_tiny_model_takes_a_0_255_mask_input():
     sam_mod.best_prediction(pred, [[400, 400], [500, 500]], [1, 1], outs[0][1])
     with pytest.raises(ValueError, match="mask_input"):
         sam_mod.best_prediction(pred, [[400, 400]], [1], _square(np.uint8, 7))
+
+
+@pytest.mark.parametrize("side", [64, 200, 256, 512])
+def test_sams_own_low_res_logits_go_back_in_for_an_image_of_any_side(side):
+    # issue 29: SAM2 returns (1, 256, 256) logits whatever the image, and an image of side
+    # <= 256 px had its own logits refused on the next refinement step
+    logits = np.linspace(-3, 3, 256 * 256, dtype=np.float32).reshape(1, 256, 256)
+    assert sam_mod.mask_input_logits(logits, (side, side)) is logits
+    with pytest.raises(ValueError, match=r"^mask_input: expected .*s = 256"):
+        bad = side if side != 256 else 300  # neither SAM's 256 nor below the image's side
+        sam_mod.mask_input_logits(np.zeros((1, bad, bad), np.float32), (side, side))
+
+
+def test_sam2_random_tiny_model_refines_a_component_of_a_small_image():
+    pytest.importorskip("sam2")
+    torch = pytest.importorskip("torch")
+    from sam2.build_sam import build_sam2
+    from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    pred = SAM2ImagePredictor(build_sam2("configs/sam2.1/sam2.1_hiera_t.yaml", ckpt_path=None,
+                                         device="cpu"))
+    for side in (128, 256):
+        component = np.zeros((side, side), bool)
+        component[side // 8:side - side // 8, side // 8:side - side // 8] = True  # 2+ grid points
+        refined = sam_mod.refine_component(pred, component, 1)
+        assert refined.shape == (side, side) and refined.dtype == bool

@@ -265,8 +265,9 @@ def mask_input_logits(mask_input: Any, image_hw: tuple[int, int],
     """What :func:`best_prediction` hands SAM as ``mask_input``.
 
     Args:
-        mask_input: None; low-res logits ``(1, s, s)`` float with ``s`` below the image's sides
-            (a previous prediction's, fed back as they came); or a full-size mask,
+        mask_input: None; low-res logits ``(1, s, s)`` float with ``s == size`` (SAM's own,
+            for an image of any size) or ``s`` below the image's sides (a previous prediction's,
+            fed back as they came); or a full-size mask,
             (H, W) = ``image_hw``, bool / 0-1 / 0-255 integer (:func:`binary_mask`), which is
             turned into logits by :func:`mask_logits`.
         image_hw: ``(height, width)`` of the embedded image (1024 × 1024 working frame).
@@ -281,13 +282,17 @@ def mask_input_logits(mask_input: Any, image_hw: tuple[int, int],
     if mask_input is None:
         return None
     arr = np.asarray(mask_input)
+    # SAM's own low-res logits are ``size`` x ``size`` whatever the image: an image of side
+    # <= 256 px gets (1, 256, 256) back, which must go back in (issue 29: they were refused)
     if (arr.ndim == 3 and arr.dtype.kind == "f" and arr.shape[0] == 1
-            and arr.shape[1] == arr.shape[2] < min(image_hw) and np.isfinite(arr).all()):
+            and arr.shape[1] == arr.shape[2]
+            and (arr.shape[1] == size or arr.shape[1] < min(image_hw))
+            and np.isfinite(arr).all()):
         return arr.astype(np.float32, copy=False)
     if arr.ndim == 2:
         return mask_logits(binary_mask(arr, "mask_input", image_hw), size)
-    raise ValueError(f"mask_input: expected low-res logits (1, s, s) float, finite, s below the "
-                     f"image's {tuple(image_hw)}, or a 2-D mask of the image's size (bool, or "
+    raise ValueError(f"mask_input: expected low-res logits (1, s, s) float, finite, s = {size} "
+                     f"or below the image's {tuple(image_hw)}, or a 2-D mask of the image's size (bool, or "
                      f"integer 0/1 or 0/255); got {_describe(arr)}")
 
 
