@@ -292,8 +292,8 @@ def mask_input_logits(mask_input: Any, image_hw: tuple[int, int],
     if arr.ndim == 2:
         return mask_logits(binary_mask(arr, "mask_input", image_hw), size)
     raise ValueError(f"mask_input: expected low-res logits (1, s, s) float, finite, s = {size} "
-                     f"or below the image's {tuple(image_hw)}, or a 2-D mask of the image's size (bool, or "
-                     f"integer 0/1 or 0/255); got {_describe(arr)}")
+                     f"or below the image's {tuple(image_hw)}, or a 2-D mask of the image's "
+                     f"size (bool, or integer 0/1 or 0/255); got {_describe(arr)}")
 
 
 def grid_points(mask: np.ndarray, step: int = GRID_STEP_PX) -> list[list[int]]:
