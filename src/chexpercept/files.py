@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
+import hashlib
 import io
 import json
 import os
@@ -257,3 +258,18 @@ def read_csv_rows(path: str | Path, required: Sequence[str] = ()) -> list[dict[s
         return [{k: (v if v is not None else "") for k, v in row.items()} for row in reader]
 
 
+#: Bytes read at a time by :func:`file_sha256`.
+SHA256_CHUNK_BYTES = 1 << 20
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes, streamed in :data:`SHA256_CHUNK_BYTES` chunks.
+
+    Raises:
+        OSError: If the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(SHA256_CHUNK_BYTES), b""):
+            digest.update(block)
+    return digest.hexdigest()

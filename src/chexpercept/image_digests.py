@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chexpercept.errors import SchemaError
-from chexpercept.files import loads_json, read_json, write_json_atomic
+from chexpercept.files import file_sha256, loads_json, read_json, write_json_atomic
 from chexpercept.layouts import cache_root
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,6 @@ CACHE_FORMAT = "chexpercept-image-digest-cache/1"
 MAX_CACHE_ENTRIES = 200_000
 #: Largest cache file read (bytes); a larger one is ignored and rewritten.
 MAX_CACHE_BYTES = 64 * 2**20
-#: Bytes read per chunk while hashing.
-CHUNK_BYTES = 1 << 20
 #: Digest entry of an image file that does not exist (or cannot be read).
 MISSING = None
 #: Changed files named in a message before "... and N more".
@@ -123,12 +121,8 @@ def _read_cache(path: Path) -> dict[str, list[Any]]:
 
 
 def _hash_file(path: str) -> str:
-    """sha256 (hex) of a file's bytes, read in :data:`CHUNK_BYTES` chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(CHUNK_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """sha256 (hex) of a file's bytes (:func:`chexpercept.files.file_sha256`)."""
+    return file_sha256(path)
 
 
 def digest_files(files: Mapping[str, Path]) -> ImageDigests:

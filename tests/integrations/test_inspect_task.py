@@ -513,3 +513,31 @@ def test_a_provider_that_cannot_honour_the_arguments_fails_the_eval(offline_insp
                          display="none")
     assert log.status == "error"
     assert message in log.error.message
+
+
+def test_another_log_of_the_same_name_is_refused_the_same_log_converts_again(offline_inspect):
+    # issue 29: a converted run's identity was the log's file name only
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    from chexpercept.errors import ConfigError
+
+    tmp = offline_inspect
+    bench = stage03_bundle.write_bundle(tmp / "bench")
+    with loopback.LoopbackServer(answer=scripted_reply) as server:
+        log = run_inspect(server, bench, "none", tmp / "logs", task_args={"limit": 2})
+    first = tmp / "a" / "run.json"
+    first.parent.mkdir()
+    write_eval_log(read_eval_log(log.location), str(first), format="json")
+    second = tmp / "b" / "run.json"  # the same samples and replies, other bytes
+    second.parent.mkdir()
+    second.write_text(json.dumps(json.loads(first.read_text(encoding="utf-8")), indent=1),
+                      encoding="utf-8")
+    assert first.read_bytes() != second.read_bytes()
+    summary = convert_inspect_log(first, tmp / "out")
+    before = {f: (summary.run_dir / f).read_bytes() for f in ("all_results.json", "records.jsonl")}
+    convert_inspect_log(first, tmp / "out")  # the same log again: nothing changes
+    assert {f: (summary.run_dir / f).read_bytes() for f in before} == before
+    with pytest.raises(ConfigError, match=r"'provider_settings'[\s\S]*source_sha256[\s\S]*"
+                                          r"give it another --output-path"):
+        convert_inspect_log(second, tmp / "out")
+    assert {f: (summary.run_dir / f).read_bytes() for f in before} == before

@@ -538,3 +538,31 @@ def test_parquet_export_gives_the_same_samples(bench, tmp_path, monkeypatch):
         assert other["chexpercept_case"]["benchmark_dir"] == str((tmp_path / "hf").resolve())
         assert {k: v for k, v in other["chexpercept_case"].items() if k != "benchmark_dir"} == \
             {k: v for k, v in sample["chexpercept_case"].items() if k != "benchmark_dir"}
+
+
+def test_another_samples_file_of_the_same_name_is_refused_the_same_one_resumes(bench, tmp_path):
+    # issue 29: the converted run's identity was the file's name only, so another file of
+    # the same name converted into the same folder as if it were the same run
+    import shutil
+
+    run_lmms(ScriptedChat(), "implicit", samples_dir=tmp_path / "a")
+    other = ScriptedChat({request_id("effusion_s50000002_positive_0", "detection_qa"):
+                          "Answer: 2"})
+    run_lmms(other, "implicit", samples_dir=tmp_path / "b")
+    (first,) = (tmp_path / "a").rglob("*_samples_chexpercept_implicit.jsonl")
+    (second,) = (tmp_path / "b").rglob("*_samples_chexpercept_implicit.jsonl")
+    assert first.read_bytes() != second.read_bytes()
+    renamed = tmp_path / "c" / first.name
+    renamed.parent.mkdir()
+    shutil.copyfile(second, renamed)
+    args = ["--model", "m", "--output-path", str(tmp_path / "runs"), "--no-progress"]
+    run_dir = tmp_path / "runs" / "lmms_m" / "oracle_implicit"
+    assert import_lmms(["--samples", str(first), *args]) == 0
+    before = {f: (run_dir / f).read_bytes() for f in ("all_results.json", "records.jsonl")}
+    assert import_lmms(["--samples", str(first), *args]) == 0  # the same file: idempotent
+    assert {f: (run_dir / f).read_bytes() for f in before} == before
+    with pytest.raises(ConfigError, match=r"'provider_settings' [\s\S]*source_sha256"
+                                          r"[\s\S]*give it another --output-path") as info:
+        import_lmms(["--samples", str(renamed), *args])
+    assert str(info.value).index("--output-path") < str(info.value).index("--overwrite")
+    assert {f: (run_dir / f).read_bytes() for f in before} == before  # nothing mixed in

@@ -27,6 +27,7 @@ from typing import Any
 from chexpercept.errors import InputError, SchemaError
 from chexpercept.evaluation.replay import RecordedReply, write_recorded_run
 from chexpercept.evaluation.session import RunSummary
+from chexpercept.files import file_sha256
 from utils.deps import require
 
 logger = logging.getLogger(__name__)
@@ -184,9 +185,14 @@ def convert_inspect_log(log_path: str | Path, output_path: str | Path, *,
     for key_id, error in run.errors.items():
         logger.warning("%s: sample %s failed in inspect (%s); written as unfinished",
                        run.log_path, key_id, error[:200])
+    protocol = run.protocol()
+    # the log's bytes, not its name, are the run's identity: another log of the same name is
+    # refused by the run folder's identity check (docs/integrations.md, "inspect_ai")
+    protocol["provider_settings"] = {**protocol["provider_settings"],
+                                     "source_sha256": file_sha256(run.log_path)}
     return write_recorded_run(benchmark_dir or run.benchmark_dir, run.replies,
                               key_ids=run.key_ids, output_path=output_path,
                               provider=PROVIDER_LABEL, model=run.model,
                               oracle_setting=run.oracle_setting,
                               source=f"inspect_ai log {run.log_path.name}", errors=run.errors,
-                              overwrite=overwrite, **run.protocol())
+                              overwrite=overwrite, **protocol)

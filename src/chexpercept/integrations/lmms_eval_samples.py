@@ -22,7 +22,7 @@ from chexpercept.errors import InputError, SchemaError
 from chexpercept.evaluation.dialogue import request_id
 from chexpercept.evaluation.replay import RecordedReply, write_recorded_run
 from chexpercept.evaluation.session import RunSummary
-from chexpercept.files import loads_json
+from chexpercept.files import file_sha256, loads_json
 
 logger = logging.getLogger(__name__)
 
@@ -158,4 +158,6 @@ def convert_lmms_samples(samples_path: str | Path, output_path: str | Path, *, m
                               provider=PROVIDER_LABEL, model=model,
                               oracle_setting=run.oracle_setting,
                               source=f"lmms-eval samples {run.samples_path.name}",
-                              errors=run.errors, overwrite=overwrite)
+                              errors=run.errors, overwrite=overwrite,
+                              # the file's bytes, not its name, are the run's identity
+                              provider_settings={"source_sha256": file_sha256(run.samples_path)})
