@@ -33,6 +33,7 @@ from chexpercept.layouts import (
     relative_path_problem,
     unpacked_bundle_dir,
 )
+from chexpercept.parquet_columns import VIEW_COLUMNS, view_mismatches
 from utils.deps import require
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,13 @@ def _unpack_rows(root: Path, layout: BenchmarkLayout, bounds: SizeBounds) -> dic
                    if relative_path_problem(value) is not None]
         if outside:
             raise SchemaError(f"{where}: " + "; ".join(outside))
+        # the browsing columns are views of case_json: one that says another thing is refused,
+        # so what the hub shows is what Stage 03 asks (docs/hf_dataset.md, "Reading it back")
+        differ = view_mismatches(key_id, items[key_id], row, where)
+        if differ:
+            raise SchemaError(f"{where}: column(s) disagree with {CASE_JSON}, which Stage 03 "
+                              f"reads: " + "; ".join(differ) + " (re-export the dataset with "
+                              "03_export_hf_dataset.py)")
         for relpath, data in images:
             target = layout.case_file(key_id, relpath, field=f"{where}: image path")
             if target.exists():
@@ -281,9 +289,14 @@ def _check_row_size(row: dict[str, Any], images: list[tuple[str, bytes]], where:
 
 
 def _group_bytes(group: Any) -> int:
-    """Uncompressed bytes of the columns read (:data:`REQUIRED_COLUMNS`) in a row group."""
+    """Uncompressed bytes of the columns read in a row group.
+
+    They are :data:`REQUIRED_COLUMNS` and the view columns (``parquet_columns.VIEW_COLUMNS``),
+    which are checked against ``case_json``.
+    """
+    read = {*REQUIRED_COLUMNS, *VIEW_COLUMNS}
     return sum(group.column(j).total_uncompressed_size for j in range(group.num_columns)
-               if group.column(j).path_in_schema.split(".")[0] in REQUIRED_COLUMNS)
+               if group.column(j).path_in_schema.split(".")[0] in read)
 
 
 def _check_group_size(source: Any, shard: Path, index: int, first_row: int,
@@ -336,11 +349,13 @@ def _rows(root: Path, bounds: SizeBounds) -> Iterator[tuple[Path, int, dict[str,
             raise InputError(f"{shard}: missing column(s) {missing}; a parquet benchmark has "
                              f"the columns of docs/hf_dataset.md, 'Columns' (re-export it with "
                              f"03_export_hf_dataset.py)")
+        read = [*REQUIRED_COLUMNS,
+                *(c for c in VIEW_COLUMNS if c in source.schema_arrow.names)]  # to check them
         number = 0
         for index in range(source.metadata.num_row_groups):
             _check_group_size(source, shard, index, number, bounds)
             for batch in source.iter_batches(batch_size=READ_BATCH_CASES, row_groups=[index],
-                                             columns=list(REQUIRED_COLUMNS)):
+                                             columns=read):
                 for row in batch.to_pylist():
                     yield shard, number, row
                     number += 1

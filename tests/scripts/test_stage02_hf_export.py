@@ -369,3 +369,27 @@ def test_stage04_reads_the_parquet_form_as_the_folder(tmp_path):
     assert tables["parquet"] == tables["folder"]
     chance = [v for k, v in tables["folder"].items() if b"chance" in v]
     assert chance and b"NA" not in chance[0].split(b"\n", 2)[1]
+
+
+@pytest.mark.parametrize(("column", "change"), [
+    ("detection_qa_answer_index", lambda v: [2] if v == [1] else [1]),
+    ("detection_qa_question", lambda v: v + " (edited on the hub)"),
+    ("contour_eval_qa_options", lambda v: list(reversed(v)) if v else ["Yes", "No"]),
+    ("qa_path", lambda v: "revision_free" if v != "revision_free" else "lesion_free"),
+])
+def test_a_view_column_that_disagrees_with_case_json_is_refused_by_name(tmp_path, column, change):
+    # issue 29: the reader read case_json and ignored the columns a hub visitor sees, so a
+    # dataset whose columns said one answer and case_json another was read silently
+    bench = _bench(tmp_path / "bench")
+    assert _export(bench, tmp_path / "ds") == 0
+    shard = parquet_files(tmp_path / "ds")[0]
+    rows = pq.read_table(shard).to_pylist()
+    target = next(i for i, r in enumerate(rows) if r[column] is not None)
+    values = [change(r[column]) if i == target else r[column] for i, r in enumerate(rows)]
+    edited = _rewrite(shard, tmp_path / "edited", lambda t: _set_column(t, column, values))
+    with pytest.raises(SchemaError, match=rf"key_id '{rows[target]['key_id']}': column\(s\) "
+                                          rf"disagree with case_json[\s\S]*{column} \(column: "):
+        unpack_parquet_bundle(edited)
+    assert not list((tmp_path / "cache").rglob("chexpercept.json"))
+    untouched = _rewrite(shard, tmp_path / "untouched", lambda t: t)
+    assert (unpack_parquet_bundle(untouched) / "chexpercept.json").is_file()

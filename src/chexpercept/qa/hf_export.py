@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from chexpercept.bundle import ALL, check_bundle, ordinal, point_text, stats_rows
+from chexpercept.bundle import ALL, check_bundle, stats_rows
 from chexpercept.errors import InputError
 from chexpercept.files import read_json, write_text_atomic
 from chexpercept.layouts import BenchmarkLayout, default_benchmark_dir
-from chexpercept.lesions import LESIONS, QA_PATHS, expected_stages, lesion_from_key_id
+from chexpercept.lesions import LESIONS, QA_PATHS
 from chexpercept.parquet_bundle import (
     CASE_JSON,
     DATA_DIR,
@@ -37,8 +37,9 @@ from chexpercept.parquet_bundle import (
     is_parquet_bundle,
     shard_name,
 )
+from chexpercept.parquet_columns import CASE_COLUMNS, QUESTION_NAMES, view_columns
 from chexpercept.qa.render import case_image_relpaths
-from chexpercept.schema import BenchmarkItem, parse_benchmark, qa_path_of
+from chexpercept.schema import BenchmarkItem, parse_benchmark
 from utils.deps import require
 
 logger = logging.getLogger(__name__)
@@ -49,16 +50,6 @@ DEFAULT_MAX_SHARD_MB = 256
 ROW_GROUP_CASES = 16
 #: The dataset card's file name.
 CARD_NAME = "README.md"
-#: The nine questions in dialogue order, named as in ``chexpercept.json`` (the four attribute
-#: sub-questions as ``attribute_<sub>``): each has the columns ``<name>_question``,
-#: ``<name>_options``, ``<name>_answer`` and ``<name>_answer_index`` (docs/hf_dataset.md).
-QUESTION_NAMES = ("detection_qa", "contour_eval_qa", "contour_revision_qa_expansion",
-                  "contour_revision_qa_contraction", "contour_revision_qa_revision_result",
-                  "attribute_distribution", "attribute_location",
-                  "attribute_severity_measurement", "attribute_comparison")
-#: Columns of the case itself, before the question and image columns.
-CASE_COLUMNS = ("key_id", "lesion", "qa_path", "pair_id", "dicom_id", "data_source",
-                "initial_context")
 #: What the card says when a category's data may not go to a public hub (docs/curation.md,
 #: "Licences"); the licence category is read from the bundle's ``data_sources.json``.
 NOT_PUBLIC = {
@@ -121,45 +112,6 @@ def features() -> Any:
     return ds.Features(cols)
 
 
-def _question_columns(key_id: str, item: BenchmarkItem) -> dict[str, Any]:
-    """The question columns of the questions the case's path asks (others None)."""
-    lesion = lesion_from_key_id(key_id)
-    asked = expected_stages(qa_path_of(item, key_id), lesion)
-    found: dict[str, tuple[str, list[str], str, int | list[int]]] = {}
-    det = item.detection_qa
-    found["detection_qa"] = (det.question, list(det.answer_options), det.answer,
-                             det.answer_index)
-    contour = item.contour_qa
-    if 2 in asked and contour is not None:
-        ev = contour.contour_eval_qa
-        found["contour_eval_qa"] = (ev.question, list(ev.answer_options), ev.answer,
-                                    ev.answer_index)
-    if 3 in asked and contour is not None:
-        for name in ("contour_revision_qa_expansion", "contour_revision_qa_contraction"):
-            qa = getattr(contour, name)
-            found[name] = (qa.question, [point_text(o) for o in qa.answer_options], qa.answer,
-                           qa.answer_index)
-        res = contour.contour_revision_qa_revision_result
-        found["contour_revision_qa_revision_result"] = (
-            res.question, [f"{ordinal(i)} mask" for i in range(1, len(res.answer_options) + 1)],
-            res.answer, res.answer_index)
-    attrs = item.attribute_extraction_qa
-    if 4 in asked and attrs is not None:
-        for name, qa in (("attribute_distribution", attrs.distribution),
-                         ("attribute_location", attrs.location),
-                         ("attribute_severity_measurement", attrs.severity_measurement),
-                         ("attribute_comparison", attrs.comparison)):
-            found[name] = (qa.question, list(qa.answer_options), qa.answer, qa.answer_index)
-    cols: dict[str, Any] = {}
-    for name in QUESTION_NAMES:
-        question, options, answer, index = found.get(name, (None, None, None, None))
-        cols.update({f"{name}_question": question, f"{name}_options": options,
-                     f"{name}_answer": answer,
-                     f"{name}_answer_index": (None if index is None else
-                                              list(index) if isinstance(index, list) else [index])})
-    return cols
-
-
 def case_row(key_id: str, raw: Mapping[str, Any], item: BenchmarkItem,
              layout: BenchmarkLayout) -> dict[str, Any]:
     """One dataset row: the case's columns, its question columns and its embedded images.
@@ -187,11 +139,7 @@ def case_row(key_id: str, raw: Mapping[str, Any], item: BenchmarkItem,
 
     rels = case_image_relpaths(raw)  # detection, contour eval, points, options (in order)
     singles = [image(r) for r in rels[:3]] + [None] * (3 - min(3, len(rels)))
-    return {"key_id": key_id, "lesion": lesion_from_key_id(key_id),
-            "qa_path": qa_path_of(item, key_id), "pair_id": raw.get("pair_id"),
-            "dicom_id": raw.get("dicom_id"), "data_source": raw.get("data_source"),
-            "initial_context": item.contour_qa.initial_context if item.contour_qa else None,
-            **_question_columns(key_id, item),
+    return {"key_id": key_id, **view_columns(key_id, raw, item),
             **dict(zip(IMAGE_COLUMNS, singles, strict=True)),
             OPTION_IMAGES: [image(r) for r in rels[3:]],
             CASE_JSON: json.dumps(raw, ensure_ascii=False)}
