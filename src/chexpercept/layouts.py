@@ -23,6 +23,10 @@ from chexpercept.errors import SchemaError
 #: Benchmark folder, relative to the repository root, when none is given (every stage's
 #: ``--benchmark-dir`` default; :func:`default_benchmark_dir`).
 DEFAULT_BENCHMARK_DIR = "data/chexpercept"
+#: File that marks a folder of synthetic stand-in images (``chexpercept.synth.stand_ins``
+#: writes it; Stage 00 reads it to record that a source's pixels are synthetic,
+#: docs/public_data.md, "Synthetic stand-ins").
+SYNTHETIC_PIXELS_MANIFEST = "SYNTHETIC_STAND_INS.json"
 #: Oracle settings of Stage 03 (docs/evaluation_protocol.md, "Oracle settings"), in the
 #: release's ``--oracle_setting`` order; a run folder is ``oracle_<setting>``.
 ORACLE_SETTINGS: tuple[str, ...] = ("explicit", "implicit", "none")

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from chexpercept.files import write_bytes_atomic, write_json_atomic, write_text_atomic
+from chexpercept.layouts import SYNTHETIC_PIXELS_MANIFEST
 from chexpercept.rng import rng_for
 from chexpercept.synth._anatomy import anatomy_masks
 from chexpercept.synth._phantom import Grid, random_phantom, render
@@ -30,7 +31,8 @@ WATERMARK = "SYNTHETIC STAND-IN"
 #: Lesion density added inside a box (fraction of full white), and its blur (fraction of width).
 BOX_DENSITY = 0.22
 BOX_BLUR = 0.01
-MANIFEST = "SYNTHETIC_STAND_INS.json"
+#: The manifest that marks the folder as synthetic (``layouts.SYNTHETIC_PIXELS_MANIFEST``).
+MANIFEST = SYNTHETIC_PIXELS_MANIFEST
 #: Pixels by which the stand-in lung masks overlap the heart border.
 HEART_OVERLAP_PX = 6
 
