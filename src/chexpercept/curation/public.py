@@ -546,4 +546,5 @@ __all__ = [
     "sample_public",
     "source_images",
     "summary_record",
+    "synthetic_pixels_note",
 ]
