@@ -118,3 +118,39 @@ def test_intervals_are_refused_for_the_chance_table(bench_builder):
     assert np.isnan(cell_stats(table).ci_low).all()
     with pytest.raises(ValueError, match="chance table takes n_boot=0"):
         cell_stats(table, n_boot=10)
+
+
+def test_lesion_free_depth_has_the_stage1_accuracy_interval(builders):
+    """Lesion-free depth is the 0/1 stage-1 outcome: the same proportion gets one interval
+    (the Wilson interval of its count; docs/metrics.md, "Small cells"), 4/14 included."""
+    from chexpercept.analysis.bootstrap import wilson_interval
+
+    flags = [i < 4 for i in range(14)]
+    cells = cell_stats(_table(builders, "a", flags), n_boot=300, seed=0)
+    for lesion in ("effusion", "all"):
+        acc = cells.get(lesion, "lesion_free", "e2e:stage1")
+        depth = cells.get(lesion, "lesion_free", "depth")
+        assert acc == depth
+    low, high = wilson_interval(np.array([4]), np.array([14]))
+    assert cells.get("effusion", "lesion_free", "depth")[1:3] == (low[0], high[0])
+
+
+def test_one_small_cell_rule_for_every_interval():
+    """bootstrap.has_interval is the only threshold: the proportion and cluster intervals
+    (detection, error classes, accuracies; sampling variance) are empty below it."""
+    from chexpercept.analysis.bootstrap import (
+        cluster_interval,
+        has_interval,
+        proportion_interval,
+    )
+
+    assert not has_interval(MIN_BOOTSTRAP_CASES - 1) and has_interval(MIN_BOOTSTRAP_CASES)
+    low, high = proportion_interval(np.array([1, 1, 0]), np.array([1, 9, 10]))
+    assert np.isnan(low[:2]).all() and np.isnan(high[:2]).all()
+    assert low[2] == 0 and 0 < high[2] < 1
+    small = cluster_interval(np.ones(MIN_BOOTSTRAP_CASES - 1), 0.0, 1.0, n_boot=50, seed=0,
+                             label="x")
+    assert all(math.isnan(x) for x in small)
+    big = cluster_interval(np.r_[np.ones(5), np.zeros(5)], 0.0, 1.0, n_boot=50, seed=0,
+                           label="x")
+    assert big[0] < 0.5 < big[1]

@@ -287,7 +287,12 @@ def test_stratified_bootstrap_equals_the_dense_product(builders):
     stats = cell_stats(table, n_boot=130, seed=4)
     assert stats.n_boot == 130 and stats.ci_low.shape == (len(GROUPS), len(METRICS))
     d = METRICS.index("depth")
-    for g in np.flatnonzero(big[:, d]):
+    # a lesion-free-only depth cell is the 0/1 stage-1 outcome: Wilson (docs "Small cells")
+    lf_only = np.array([p == "lesion_free" for _, p in GROUPS])
+    s1 = METRICS.index("e2e:stage1")
+    assert np.array_equal(stats.ci_low[lf_only & big[:, d], d],
+                          stats.ci_low[lf_only & big[:, d], s1])
+    for g in np.flatnonzero(big[:, d] & ~lf_only):
         level = expanded_levels(n[g, d], cells.df[g, d])
         want = np.quantile(dense[:, g, d], [level, 1 - level])
         assert (stats.ci_low[g, d], stats.ci_high[g, d]) == pytest.approx(tuple(want),

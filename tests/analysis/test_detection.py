@@ -36,8 +36,24 @@ def test_metric_rows_hand_computed():
     # Wilson 8/10 (z = 1.96): [0.4902, 0.9433]
     assert rows["sensitivity"]["ci_low"] == pytest.approx(0.4902, abs=1e-4)
     assert rows["sensitivity"]["ci_high"] == pytest.approx(0.9433, abs=1e-4)
-    for r in rows.values():
-        assert r["ci_low"] < r["value"] < r["ci_high"]
+    for name, r in rows.items():
+        if name == "npv":  # 6/8: fewer than 10 cases, no interval (docs "Small cells")
+            assert math.isnan(r["ci_low"]) and math.isnan(r["ci_high"])
+        else:
+            assert r["ci_low"] < r["value"] < r["ci_high"]
+
+
+def test_small_cells_get_no_interval():
+    """The one small-cell rule (bootstrap.has_interval): a metric of fewer than 10 cases, and
+    balanced accuracy when either class has fewer than 10, gets empty ci columns."""
+    rows = {r["metric"]: r for r in metric_rows(tp=5, fn=4, tn=20, fp=5)}
+    # sensitivity 5/9 and balanced accuracy (9 positives): none
+    for name in ("sensitivity", "balanced_accuracy"):
+        assert math.isnan(rows[name]["ci_low"]) and math.isnan(rows[name]["ci_high"])
+    assert not math.isnan(rows["balanced_accuracy"]["value"])
+    # specificity 20/25, PPV 5/10 (exactly 10), NPV 20/24: intervals
+    for name in ("specificity", "ppv", "npv"):
+        assert rows[name]["ci_low"] < rows[name]["value"] < rows[name]["ci_high"]
 
 
 def test_metric_without_cases_is_nan():

@@ -276,8 +276,8 @@ def test_tables_pool_lesions_keep_no_answer_and_give_wilson_intervals():
                for r in error_class_rows(anatomy)}
     swap = classes[("all", COMPARISON_Q, "laterality_swap")]
     assert (swap["k"], swap["n_cases"]) == (1, 2)
-    low, high = wilson_interval(np.array([1]), np.array([2]))
-    assert (swap["value"], swap["ci_low"], swap["ci_high"]) == (0.5, low[0], high[0])
+    # 1/2: fewer than 10 cases, so no interval (docs "Small cells"; bootstrap.has_interval)
+    assert swap["value"] == 0.5 and np.isnan(swap["ci_low"]) and np.isnan(swap["ci_high"])
     one = classes[("all", DISTRIBUTION_Q, "zone_count_off_by_one")]
     assert (one["k"], one["n_cases"]) == (1, 2)  # the unparsed answer is asked, not an error
     assert ("effusion", COMPARISON_Q, "laterality_swap") in classes
@@ -346,8 +346,9 @@ def test_stage04_run_writes_error_csvs_report_section_and_viewer_bits(tmp_path):
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "## Error anatomy" in report
     assert "n/a: no scored case of the run could make that error" in report
+    # 1/1: no interval, its count instead (docs "Small cells")
     assert re.search(r"\| laterality_swap \| attribute_extraction_qa_location \| 100\.0 "
-                     r"\[\d+\.\d, 100\.0\] \(1/1\) \|", report)
+                     r"\(1/1\) \|", report)
     assert "(error_classes.csv)" in report and "(error_confusion.csv)" in report
     index = (out / "viewer" / "data" / "index.js").read_text(encoding="utf-8")
     data = json.loads(index.split("=", 1)[1].strip().rstrip(";"))
@@ -356,3 +357,14 @@ def test_stage04_run_writes_error_csvs_report_section_and_viewer_bits(tmp_path):
     assert bits[LF] == 0
     assert bits[RR] == class_bits({"laterality_swap", "expansion_contraction_confusion",
                                    "wrong_mask_iou_ge_0.90"})
+
+
+def test_error_class_rows_of_ten_cases_or_more_get_the_wilson_interval():
+    """The small-cell rule: n < 10 gives empty ci columns, n >= 10 the Wilson interval."""
+    from chexpercept.analysis.error_anatomy import _class_row
+
+    small = _class_row("all", DISTRIBUTION_Q, "zone_count_off_by_one", 1, 9)
+    assert np.isnan(small["ci_low"]) and np.isnan(small["ci_high"]) and small["n_cases"] == 9
+    big = _class_row("all", DISTRIBUTION_Q, "zone_count_off_by_one", 1, 10)
+    low, high = wilson_interval(np.array([1]), np.array([10]))
+    assert (big["ci_low"], big["ci_high"]) == (low[0], high[0])

@@ -23,6 +23,10 @@ OWNERS = {
     "ORACLE_SETTINGS": "src/chexpercept/layouts.py",
     "DEFAULT_BENCHMARK_DIR": "src/chexpercept/layouts.py",
     "default_benchmark_dir": "src/chexpercept/layouts.py",
+    # the one small-cell rule of every Stage 04 table (docs/metrics.md, "Small cells")
+    "MIN_BOOTSTRAP_CASES": "src/chexpercept/analysis/bootstrap.py",
+    "has_interval": "src/chexpercept/analysis/bootstrap.py",
+    "proportion_interval": "src/chexpercept/analysis/bootstrap.py",
 }
 
 

@@ -177,6 +177,47 @@ def wilson_interval(k: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return low, high
 
 
+def has_interval(n: np.ndarray | int) -> np.ndarray | bool:
+    """The one small-cell rule of every Stage 04 table (docs/metrics.md, "Small cells").
+
+    A cell gets an interval only when it has at least :data:`MIN_BOOTSTRAP_CASES` cases;
+    every table writer (stage accuracies, depth, funnel, sub-questions, detection metrics,
+    error classes, paired comparison, sampling variance, ``report.md`` and the viewer) asks
+    this function, so no table can apply another threshold.
+
+    Args:
+        n: Number of cases behind the cell (int or integer array).
+
+    Returns:
+        bool (or a bool array of n's shape): True where an interval is reported.
+    """
+    out = np.asarray(n) >= MIN_BOOTSTRAP_CASES
+    return bool(out) if out.ndim == 0 else out
+
+
+def proportion_interval(k: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The reported interval of a proportion k / n: Wilson where :func:`has_interval`, else NaN.
+
+    Every table that reports a count proportion (stage accuracies, lesion-free depth,
+    detection metrics, error classes) takes its interval from here, so one proportion
+    reported in two tables has one interval (docs/metrics.md, "Small cells").
+
+    Args:
+        k: Array of successes (integer-valued), 0 <= k <= n.
+        n: Array of trials, same shape (0 allowed: NaN).
+
+    Returns:
+        ``(low, high)``: float64 arrays of k's shape; NaN where n < :data:`MIN_BOOTSTRAP_CASES`.
+    """
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    ok = has_interval(n)
+    low, high = np.full(k.shape, np.nan), np.full(k.shape, np.nan)
+    if np.any(ok):
+        lo, hi = wilson_interval(k[ok], n[ok])
+        low[ok], high[ok] = lo, hi
+    return low, high
+
+
 def _strata(table: CaseTable) -> list[tuple[int, int, np.ndarray]]:
     """``(lesion, path, rows)`` of every non-empty stratum in (lesion, path) order.
 
@@ -361,7 +402,7 @@ def resampled_cells(table: CaseTable, values: np.ndarray, ok: np.ndarray, *, n_b
     n = member @ per_stratum
     n_strata = member @ (per_stratum > 0)
     thin = (member @ ((per_stratum > 0) & (per_stratum < MIN_STRATUM_CASES))) > 0
-    wanted = n >= MIN_BOOTSTRAP_CASES
+    wanted = has_interval(n)
     stratified = wanted & ~thin
     sums = np.full((n_boot, len(GROUPS), n_cols), np.nan)
     if stratified.any():
@@ -535,13 +576,21 @@ def cell_stats(table: CaseTable, *, n_boot: int = 0, seed: int = 0) -> CellStats
             raise ValueError(f"{table.name}: intervals need one 0/1 outcome per case and "
                              f"accuracy; this table has other values (the chance table takes "
                              f"n_boot=0)")
-        wilson = (n >= MIN_BOOTSTRAP_CASES) & _BINARY
-        low[wilson], high[wilson] = wilson_interval(totals[wilson], n[wilson])
+        low[:, _BINARY], high[:, _BINARY] = proportion_interval(totals[:, _BINARY],
+                                                                 n[:, _BINARY])
         cols = np.flatnonzero(~_BINARY)
         lowest, highest = value_range(table)
         low[:, cols], high[:, cols] = bootstrap_interval(
             table, values[:, cols], ok[:, cols], lowest[:, cols], highest[:, cols],
             n_boot=n_boot, seed=seed)
+        # a depth cell whose every case has maximum depth 1 (lesion-free) is a 0/1 proportion,
+        # the stage-1 outcome: it gets that proportion's interval (docs/metrics.md, "Small cells")
+        members = group_matrix(table)
+        for c in cols:
+            top = np.where(members & ok[:, [c]], highest[:, [c]], -np.inf).max(axis=0)
+            binary = (top == 1.0) & (n[:, c] > 0)
+            low[binary, c], high[binary, c] = proportion_interval(totals[binary, c],
+                                                                  n[binary, c])
     else:
         n_boot = 0
     return CellStats(name=table.name, value=value, n=n.astype(np.int64), ci_low=low,
@@ -577,7 +626,7 @@ def cluster_interval(case_means: np.ndarray, lowest: float, highest: float, *, n
     """
     values = np.asarray(case_means, dtype=np.float64)
     n = len(values)
-    if n < MIN_BOOTSTRAP_CASES or n_boot <= 0:
+    if not has_interval(n) or n_boot <= 0:
         return math.nan, math.nan
     counts = _draw_counts(int(seed), f"cluster:{label}", n, int(n_boot))
     means = counts.astype(np.float64) @ values / n

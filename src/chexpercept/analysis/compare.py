@@ -31,9 +31,9 @@ import numpy as np
 
 from chexpercept.analysis.bootstrap import (
     GROUP_INDEX,
-    MIN_BOOTSTRAP_CASES,
     bootstrap_interval,
     group_matrix,
+    has_interval,
     masked_values,
     value_range,
 )
@@ -233,7 +233,7 @@ def _intervals(a: CaseTable, va: np.ndarray, vb: np.ndarray, ok: np.ndarray, n: 
     low[:, d], high[:, d] = bootstrap_interval(
         a, np.where(ok, vb - va, 0.0)[:, d], ok[:, d], -highest[:, d], highest[:, d],
         n_boot=n_boot, seed=seed)
-    score = binary & (n >= MIN_BOOTSTRAP_CASES)
+    score = binary & has_interval(n)
     low[score], high[score] = tango_interval(b_only[score], a_only[score], n[score])
     return low, high
 
@@ -290,7 +290,7 @@ def _ci(r: PairedRow, fmt: Callable[[float], str]) -> str:
     """``[low, high]``, or the case count of a cell too small for an interval, or n/a."""
     if not math.isnan(r.ci_low):
         return f"[{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
-    return f"n={r.n_cases}" if 0 < r.n_cases < MIN_BOOTSTRAP_CASES else "n/a"
+    return f"n={r.n_cases}" if r.n_cases > 0 and not has_interval(r.n_cases) else "n/a"
 
 
 __all__ = ["COMPARE_COLUMNS", "SCORE_TEST", "PairedRow", "check_same_cases",

@@ -13,7 +13,8 @@ is a false negative, on a negative a false positive.
 
 Metrics (definitions: docs/metrics.md, "Detection metrics"): sensitivity TP/(TP+FN),
 specificity TN/(TN+FP), PPV TP/(TP+FP), NPV TN/(TN+FN), each with the Wilson interval of
-:func:`chexpercept.analysis.bootstrap.wilson_interval`; balanced accuracy
+:func:`chexpercept.analysis.bootstrap.proportion_interval` (none below
+``MIN_BOOTSTRAP_CASES`` cases: docs/metrics.md, "Small cells"); balanced accuracy
 (sensitivity + specificity) / 2 with the MOVER interval (Newcombe 1998; Zou & Donner 2008)
 built from the two Wilson intervals, whose coverage is checked by simulation in
 tests/analysis/test_detection.py (>= 93 % at nominal 95 %, n from 10 to 200).
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import has_interval, proportion_interval, wilson_interval
 from chexpercept.analysis.case_table import METRIC_INDEX, CaseTable
 from chexpercept.errors import SchemaError
 from chexpercept.lesions import LESIONS, QA_PATHS, pair_type_from_key_id
@@ -130,15 +131,19 @@ def metric_rows(tp: int, fn: int, tn: int, fp: int) -> list[dict]:
                        ("npv", tn, tn + fn)):
         if name == "balanced_accuracy":
             if tp + fn and tn + fp:
-                lo, hi = balanced_accuracy_interval(tp, fn, tn, fp)
                 val = (tp / (tp + fn) + tn / (tn + fp)) / 2
+                # an interval needs both of its proportions to have one (docs/metrics.md,
+                # "Small cells")
+                lo, hi = (balanced_accuracy_interval(tp, fn, tn, fp)
+                          if has_interval(tp + fn) and has_interval(tn + fp)
+                          else (float("nan"), float("nan")))
             else:
                 lo = hi = val = float("nan")
             rows.append({"metric": name, "value": val, "ci_low": lo, "ci_high": hi,
                          "k": float("nan"), "n_cases": tp + fn + tn + fp})
             continue
         if n:
-            lo, hi = wilson_interval(np.array([k]), np.array([n]))
+            lo, hi = proportion_interval(np.array([k]), np.array([n]))
             rows.append({"metric": name, "value": k / n, "ci_low": float(lo[0]),
                          "ci_high": float(hi[0]), "k": k, "n_cases": n})
         else:

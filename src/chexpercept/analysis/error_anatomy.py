@@ -13,7 +13,8 @@ docs/metrics.md, "Error anatomy".
 * :func:`case_errors`: the named error classes (:data:`ERROR_CLASSES`) of each case, with the
   questions on which each class could occur (the denominator);
   :func:`error_class_rows` counts them per lesion x question x class with the Wilson interval
-  of :func:`chexpercept.analysis.bootstrap.wilson_interval`.
+  of :func:`chexpercept.analysis.bootstrap.proportion_interval` (none for fewer than
+  ``MIN_BOOTSTRAP_CASES`` cases: docs/metrics.md, "Small cells").
 * A wrong revised mask's IoU bin needs two option images decoded; Stage 04 leaves those
   pending in each run's pass and measures every distinct pair once for all runs
   (:func:`resolve_mask_ious`).
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from chexpercept.analysis._workers import worker_pool
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import proportion_interval
 from chexpercept.analysis.case_table import REVISION_KEYS, STAGE_FIELDS
 from chexpercept.errors import ChexperceptError
 from chexpercept.files import read_json
@@ -591,7 +592,7 @@ def _class_row(lesion: str, question: str, name: str, k: int, n: int) -> dict[st
     if n == 0:
         value = low = high = float("nan")
     else:
-        lo, hi = wilson_interval(np.array([k]), np.array([n]))
+        lo, hi = proportion_interval(np.array([k]), np.array([n]))
         value, low, high = k / n, float(lo[0]), float(hi[0])
     return {"lesion": lesion, "question": question, "error_class": name, "k": k,
             "n_cases": n, "value": value, "ci_low": low, "ci_high": high}

@@ -20,7 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chexpercept.analysis.auroc import AUROC_QUESTIONS, auroc_rows
-from chexpercept.analysis.bootstrap import MIN_BOOTSTRAP_CASES, MIN_STRATUM_CASES, CellStats
+from chexpercept.analysis.bootstrap import (
+    MIN_BOOTSTRAP_CASES,
+    MIN_STRATUM_CASES,
+    CellStats,
+    has_interval,
+)
 from chexpercept.analysis.case_table import REVISION_KEYS, SUB_KEYS, CaseTable
 from chexpercept.analysis.detection import detection_rows
 from chexpercept.analysis.error_anatomy import ERROR_CLASSES, error_class_rows
@@ -77,7 +82,7 @@ def _interval(text: str, low: float, high: float, n: int, n_boot: int, scale: fl
     if not math.isnan(low):
         return (f"{text} [{format_number(scale * low, digits)}, "
                 f"{format_number(scale * high, digits)}]")
-    if n_boot and 0 < n < MIN_BOOTSTRAP_CASES:
+    if n_boot and n > 0 and not has_interval(n):
         return f"{text} (n={n})"
     return text
 
@@ -410,8 +415,10 @@ def detection_section(analyses: Sequence[RunAnalysis]) -> list[str]:
             r = rows.get(m)
             if r is None or math.isnan(r["value"]):
                 cells.append("n/a")
-            elif math.isnan(r["ci_low"]):
-                cells.append(format_number(100 * r["value"], 1))
+            elif math.isnan(r["ci_low"]):  # chance row, or too few cases ("Small cells")
+                small = a.run is not None and not has_interval(r["n_cases"])
+                cells.append(format_number(100 * r["value"], 1)
+                             + (f" (n={r['n_cases']})" if small else ""))
             else:
                 cells.append(f"{format_number(100 * r['value'], 1)} "
                              f"[{format_number(100 * r['ci_low'], 1)}, "
@@ -451,6 +458,9 @@ def error_anatomy_section(analyses: Sequence[RunAnalysis]) -> list[str]:
                 r = cells[a.name].get((q, name))
                 if r is None or not r["n_cases"]:
                     row.append("n/a")
+                elif math.isnan(r["ci_low"]):  # too few cases (docs/metrics.md, "Small cells")
+                    row.append(f"{format_number(100 * r['value'], 1)} "
+                               f"({r['k']}/{r['n_cases']})")
                 else:
                     row.append(f"{format_number(100 * r['value'], 1)} "
                                f"[{format_number(100 * r['ci_low'], 1)}, "
@@ -471,8 +481,11 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
              "positive = the contour needs a major revision. AUROC with its 95% score-type "
              "interval (Newcombe 2006; docs/metrics.md); `without probs`: answered questions "
              "without usable probabilities (no parsed answer, none returned), left out, never "
-             "scored 0. Per lesion: `auroc.csv`.", ""]
-    body, absent = [], []
+             "scored 0; `[worst, best]`: the AUROC had every such turn been scored worst / "
+             "best; a cell with more than 20% of its turns without probabilities is refused "
+             "an AUROC (docs/metrics.md, \"Missing probabilities\"). Per lesion: "
+             "`auroc.csv`.", ""]
+    body, absent, refused = [], [], []
     for a in analyses:
         if a.option_scores is None:
             absent.append(escape_markdown(a.name))
@@ -485,17 +498,25 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
             if r is None:
                 cells += ["n/a", "0/0", "0"]
                 continue
+            if r.get("note", "").startswith("refused"):
+                refused.append(f"{escape_markdown(a.name)} {question}")
             if math.isnan(r["auroc"]):
                 value = "n/a"
             elif math.isnan(r["ci_low"]):
                 value = f"{r['auroc']:.3f}"
             else:
                 value = f"{r['auroc']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            cells += [value, f"{r['n_positive']}/{r['n_negative']}", str(r["n_without_probs"])]
+            if not math.isnan(r.get("auroc_worst", math.nan)):
+                value += f" ([{r['auroc_worst']:.3f}, {r['auroc_best']:.3f}])"
+            without = f"{r['n_without_probs']} ({r['share_without_probs']:.0%})"
+            cells += [value, f"{r['n_positive']}/{r['n_negative']}", without]
         body.append([escape_markdown(a.name), *cells])
     if body:
         lines += _table(["model", "detection AUROC", "pos/neg", "without probs",
                          "contour evaluation AUROC", "pos/neg", "without probs"], body)
+    if refused:
+        lines += [f"Refused an AUROC (too many turns without probabilities; pooled cells, "
+                  f"per lesion in `auroc.csv`'s `note`): {', '.join(refused)}.", ""]
     if absent:
         lines += [f"No AUROC for {', '.join(absent)}: run without `--option-probs` (no "
                   f"option probabilities recorded).", ""]
