@@ -45,7 +45,17 @@ AUROC_QUESTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 }
 #: Columns of ``auroc.csv`` (after the run's identity columns).
 AUROC_COLUMNS: tuple[str, ...] = ("question", "lesion", "auroc", "ci_low", "ci_high",
-                                  "n_positive", "n_negative", "n_without_probs", "note")
+                                  "n_positive", "n_negative", "n_without_probs", "note",
+                                  "share_without_probs", "n_asked", "auroc_worst", "auroc_best",
+                                  "share_large_residual")
+#: Largest share of a cell's asked turns without usable probabilities at which the cell still
+#: gets an AUROC point estimate (docs/metrics.md, "Option probabilities and AUROC", "Missing
+#: probabilities"): above it the bound [auroc_worst, auroc_best] is at least about 0.36 wide.
+MAX_SHARE_WITHOUT_PROBS = 0.2
+#: A turn's ``residual`` (probability mass at the answer token outside the option numbers)
+#: above which it counts in ``share_large_residual`` (docs/metrics.md, "Option probabilities
+#: and AUROC", "The top-k floor"): more than half the mass was on other tokens.
+LARGE_RESIDUAL = 0.5
 #: Fewest positives and negatives an AUROC needs (an AUROC of one case per class is 0, 1/2 or 1).
 MIN_PER_CLASS = 2
 
@@ -61,12 +71,15 @@ class OptionScores:
             where the question was not asked or has no usable probabilities.
         without: question -> (n,) bool; asked and answered but without usable probabilities
             (``option_probs`` status other than ``ok``).
+        residual: question -> (n,) float64 ``residual`` of the scored turns (NaN elsewhere, and
+            where Stage 03 recorded none); None: not recorded.
     """
 
     lesion: np.ndarray
     path: np.ndarray
     scores: dict[str, np.ndarray]
     without: dict[str, np.ndarray]
+    residual: dict[str, np.ndarray] | None = None
 
 
 def _p_yes(block: Mapping[str, Any], positive: bool, where: str) -> float | None:
@@ -117,6 +130,7 @@ def option_scores(results: Mapping[str, Any], table: CaseTable,
     n = table.n_cases
     scores = {q: np.full(n, np.nan) for q in AUROC_QUESTIONS}
     without = {q: np.zeros(n, dtype=bool) for q in AUROC_QUESTIONS}
+    residual = {q: np.full(n, np.nan) for q in AUROC_QUESTIONS}
     seen = False
     for i, key_id in enumerate(table.key_ids):
         path = QA_PATHS[int(table.path[i])]
@@ -131,9 +145,62 @@ def option_scores(results: Mapping[str, Any], table: CaseTable,
                 without[question][i] = "option_probs" in block
             else:
                 scores[question][i] = p
+                r = block["option_probs"].get("residual")
+                if isinstance(r, (int, float)) and not isinstance(r, bool):
+                    residual[question][i] = float(r)
     if not seen:
         return None
-    return OptionScores(table.lesion, table.path, scores, without)
+    return OptionScores(table.lesion, table.path, scores, without, residual)
+
+
+def mann_whitney_u(score: np.ndarray, truth: np.ndarray) -> float:
+    """Mann-Whitney U of the positives: pairs (positive above negative) + 1/2 per tie.
+
+    Args:
+        score: (n,) float scores.
+        truth: (n,) bool, True = positive.
+
+    Returns:
+        U in [0, n_pos * n_neg] (average ranks, so ties count one half).
+    """
+    score, truth = np.asarray(score, dtype=float), np.asarray(truth, dtype=bool)
+    _, inverse, counts = np.unique(score, return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)
+    ranks = (upper - (counts - 1) / 2.0)[inverse]  # average 1-based ranks
+    n_pos = int(truth.sum())
+    return float(ranks[truth].sum() - n_pos * (n_pos + 1) / 2.0)
+
+
+def auroc_bounds(score: np.ndarray, truth: np.ndarray, missing_pos: int,
+                 missing_neg: int) -> tuple[float, float]:
+    """Worst- and best-case AUROC had the turns without probabilities been scored.
+
+    Worst: every missing positive scored 0 and every missing negative 1 (the ends of the
+    probability range); best: the reverse. Ties with observed scores at 0 or 1 count one half,
+    as in the Mann-Whitney AUC (docs/metrics.md, "Option probabilities and AUROC", "Missing
+    probabilities", where the closed form is written out).
+
+    Args:
+        score: (n,) observed scores in [0, 1].
+        truth: (n,) bool, True = positive.
+        missing_pos: positive turns without probabilities.
+        missing_neg: negative turns without probabilities.
+
+    Returns:
+        (worst, best); NaN, NaN when a class has no turn at all.
+    """
+    score, truth = np.asarray(score, dtype=float), np.asarray(truth, dtype=bool)
+    n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+    big_p, big_n = n_pos + missing_pos, n_neg + missing_neg
+    if big_p == 0 or big_n == 0:
+        return math.nan, math.nan
+    u = mann_whitney_u(score, truth) if n_pos and n_neg else 0.0
+    pos0, pos1 = int((score[truth] == 0).sum()), int((score[truth] == 1).sum())
+    neg0, neg1 = int((score[~truth] == 0).sum()), int((score[~truth] == 1).sum())
+    worst = u + 0.5 * missing_pos * neg0 + 0.5 * missing_neg * pos1
+    best = (u + missing_pos * (n_neg - 0.5 * neg1) + missing_neg * (n_pos - 0.5 * pos0)
+            + missing_pos * missing_neg)
+    return worst / (big_p * big_n), best / (big_p * big_n)
 
 
 def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
@@ -145,6 +212,12 @@ def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
         Rows with the keys of :data:`AUROC_COLUMNS`. A cell with fewer than
         :data:`MIN_PER_CLASS` positives or negatives has NaN AUROC and bounds and a ``note``;
         every other cell has both bounds, also at an AUROC of exactly 0 or 1.
+        ``share_without_probs`` = ``n_without_probs / n_asked`` (``n_asked``: scored plus
+        without probabilities); ``auroc_worst``/``auroc_best``: :func:`auroc_bounds` (NaN where
+        the AUROC needs more cases); a cell whose share exceeds
+        :data:`MAX_SHARE_WITHOUT_PROBS` keeps its bounds and share but has an empty AUROC and
+        interval and a ``note``; ``share_large_residual``: share of scored turns with
+        ``residual`` > :data:`LARGE_RESIDUAL` (NaN without scored turns or residuals).
     """
     rows = []
     for question, (_, positives, _) in AUROC_QUESTIONS.items():
@@ -157,14 +230,32 @@ def auroc_rows(scores: OptionScores) -> list[dict[str, Any]]:
                 continue
             truth = np.isin(scores.path[has], positive_paths)
             n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+            miss = in_cell & without
+            miss_pos = int(np.isin(scores.path[miss], positive_paths).sum())
+            n_without = int(miss.sum())
+            n_asked = int(has.sum()) + n_without
+            share = n_without / n_asked
+            resid = (scores.residual[question][has] if scores.residual is not None
+                     else np.array([]))
+            resid = resid[~np.isnan(resid)]
             row = {"question": question, "lesion": lesion, "auroc": math.nan,
                    "ci_low": math.nan, "ci_high": math.nan, "n_positive": n_pos,
-                   "n_negative": n_neg, "n_without_probs": int((in_cell & without).sum()),
-                   "note": ""}
+                   "n_negative": n_neg, "n_without_probs": n_without,
+                   "note": "", "share_without_probs": share, "n_asked": n_asked,
+                   "auroc_worst": math.nan, "auroc_best": math.nan,
+                   "share_large_residual": (float((resid > LARGE_RESIDUAL).mean())
+                                            if resid.size else math.nan)}
             if n_pos < MIN_PER_CLASS or n_neg < MIN_PER_CLASS:
                 row["note"] = (f"needs >= {MIN_PER_CLASS} positives and {MIN_PER_CLASS} "
                                f"negatives with probabilities")
             else:
-                row["auroc"], row["ci_low"], row["ci_high"] = auroc_interval(score[has], truth)
+                row["auroc_worst"], row["auroc_best"] = auroc_bounds(
+                    score[has], truth, miss_pos, n_without - miss_pos)
+                if share > MAX_SHARE_WITHOUT_PROBS:
+                    row["note"] = (f"refused: {share:.1%} of turns without probabilities "
+                                   f"(> {MAX_SHARE_WITHOUT_PROBS:.0%}); see auroc_worst/best")
+                else:
+                    row["auroc"], row["ci_low"], row["ci_high"] = auroc_interval(score[has],
+                                                                                 truth)
             rows.append(row)
     return rows
