@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexpercept.analysis.auroc import AUROC_QUESTIONS, auroc_rows
+from chexpercept.analysis.auroc import AUROC_QUESTIONS, MAX_SHARE_WITHOUT_PROBS, auroc_rows
 from chexpercept.analysis.bootstrap import (
     MIN_BOOTSTRAP_CASES,
     MIN_STRATUM_CASES,
@@ -482,8 +482,9 @@ def auroc_section(analyses: Sequence[RunAnalysis]) -> list[str]:
              "interval (Newcombe 2006; docs/metrics.md); `without probs`: answered questions "
              "without usable probabilities (no parsed answer, none returned), left out, never "
              "scored 0; `[worst, best]`: the AUROC had every such turn been scored worst / "
-             "best; a cell with more than 20% of its turns without probabilities is refused "
-             "an AUROC (docs/metrics.md, \"Missing probabilities\"). Per lesion: "
+             f"best; a cell with more than {MAX_SHARE_WITHOUT_PROBS:.0%} of its turns without "
+             "probabilities is refused an AUROC (docs/metrics.md, \"Missing probabilities\"). "
+             "Per lesion: "
              "`auroc.csv`.", ""]
     body, absent, refused = [], [], []
     for a in analyses:
