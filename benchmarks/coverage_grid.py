@@ -6,13 +6,14 @@ exactly, not simulated: every binomial outcome weighted by its probability.
 
 Methods:
 
-- ``wilson``: the Wilson score interval of k out of n (``bootstrap.wilson_interval``), every
-  accuracy, sensitivity, specificity, PPV, NPV and error-class rate (docs "Bootstrap");
-- ``wilson_cc``: the continuity-corrected Wilson interval (Newcombe 1998, method 4), the
-  candidate replacement;
-- ``mover``: balanced accuracy's MOVER interval on two Wilson intervals
-  (``detection.balanced_accuracy_interval``), both binomial counts enumerated;
-- ``mover_cc``: the same MOVER built on continuity-corrected Wilson intervals.
+- ``wilson`` (before): the Wilson score interval of k out of n (``bootstrap.wilson_interval``),
+  which every accuracy, sensitivity, specificity, PPV, NPV and error-class rate had;
+- ``wilson_cc`` (after): the continuity-corrected Wilson interval (Newcombe 1998, method 4;
+  ``bootstrap.wilson_cc_interval``), what ``bootstrap.proportion_interval`` now reports;
+- ``mover on wilson`` (before): balanced accuracy's MOVER interval on two Wilson intervals,
+  both binomial counts enumerated;
+- ``mover on wilson_cc`` (after): ``detection.balanced_accuracy_interval``, the same MOVER on
+  the continuity-corrected intervals.
 
 Grid: n = 10-30 one by one, 50, 100, 200; p in 0.02, 0.05, 0.1, 0.25, 1/3, 0.5, 2/3, 0.75,
 0.9, 0.95, 0.98. MOVER: class sizes (n, n) for every n of the grid and the unequal pairs of
@@ -36,7 +37,7 @@ from statistics import NormalDist
 import numpy as np
 from scipy import stats
 
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import wilson_cc_interval, wilson_interval
 from chexpercept.analysis.detection import balanced_accuracy_interval
 
 NS: tuple[int, ...] = (*range(10, 31), 50, 100, 200)
@@ -47,26 +48,6 @@ UNEQUAL: tuple[tuple[int, int], ...] = ((10, 30), (30, 10), (10, 100), (100, 10)
 TINY_NS: tuple[int, ...] = (10, 12, 20)
 TINY_PS: tuple[float, ...] = (0.1, 0.5, 0.9)
 Z = NormalDist().inv_cdf(0.975)
-
-
-def wilson_cc(k: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Continuity-corrected Wilson interval (Newcombe 1998, Stat Med 17:857, method 4).
-
-    Args:
-        k: float64 successes, 0 <= k <= n. n: float64 trials, > 0, same shape.
-
-    Returns:
-        ``(low, high)`` float64 in [0, 1]; low 0 at k = 0, high 1 at k = n.
-    """
-    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    p, q, z2 = k / n, 1 - k / n, Z * Z
-    den = 2 * (n + z2)
-    lo_in = np.maximum(z2 - 2 - 1 / n + 4 * p * (n * q + 1), 0.0)
-    hi_in = np.maximum(z2 + 2 - 1 / n + 4 * p * (n * q - 1), 0.0)
-    low = (2 * n * p + z2 - 1 - Z * np.sqrt(lo_in)) / den
-    high = (2 * n * p + z2 + 1 + Z * np.sqrt(hi_in)) / den
-    return (np.where(k <= 0, 0.0, np.clip(low, 0, 1)),
-            np.where(k >= n, 1.0, np.clip(high, 0, 1)))
 
 
 def mover_on(interval: Callable) -> Callable:
@@ -113,13 +94,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     pairs = [(n, n) for n in ns] + ([(10, 30), (30, 10)] if args.tiny else list(UNEQUAL))
     print("| method | lowest cell | at | mean | cells below 94 % |")
     print("|---|---|---|---|---|")
-    for name, interval in (("wilson (before and after)", wilson_interval),
-                           ("wilson_cc (candidate)", wilson_cc)):
+    for name, interval in (("before: wilson", wilson_interval),
+                           ("after: wilson_cc", wilson_cc_interval)):
         cells = [(proportion_coverage(interval, n, p), f"n = {n}, p = {p:.3g}")
                  for n in ns for p in ps]
         print(summary(name, cells))
-    for name, mover in (("mover on wilson (before and after)", balanced_accuracy_interval),
-                        ("mover on wilson_cc (candidate)", mover_on(wilson_cc))):
+    for name, mover in (("before: mover on wilson", mover_on(wilson_interval)),
+                        ("after: mover on wilson_cc", balanced_accuracy_interval)):
         cells = [(mover_coverage(mover, a, b, se, sp),
                   f"{a}/{b}, se = {se:.3g}, sp = {sp:.3g}")
                  for a, b in pairs for se in ps for sp in ps]

@@ -76,7 +76,7 @@ def test_strata_of_one_case_no_longer_give_zero_width_intervals(builders):
     cells = cell_stats(table, n_boot=1000, seed=0)
     value, low, high, n = cells.get("all", "all", "sub:location")
     assert (value, n) == (0.25, 12) and low < value < high
-    assert _pct(cells, "all", "all", "sub:location") == "25.0 [8.9, 53.2]"  # Wilson, 3 of 12
+    assert _pct(cells, "all", "all", "sub:location") == "25.0 [6.7, 57.2]"  # corrected Wilson, 3 of 12
     value, low, high, n = cells.get("all", "all", "depth")
     assert n == 12 and low < value < high  # the cell resampled as one stratum
     shown = np.isfinite(cells.ci_low)
@@ -98,7 +98,8 @@ def test_a_cell_whose_cases_all_agree_gets_a_bound_not_a_point(builders):
     z2 = NormalDist().inv_cdf(0.975) ** 2
     u = z2 / (20 + z2)  # Wilson upper bound of 0 out of 20
     value, low, high, n = cells.get("all", "all", "e2e:stage4")
-    assert (value, high, n) == (1.0, 1.0, 20) and low == pytest.approx(1 - u)
+    # an accuracy: the continuity-corrected Wilson interval of 20 of 20 (docs "Bootstrap")
+    assert (value, high, n) == (1.0, 1.0, 20) and low == pytest.approx(0.7995, abs=5e-5)
     value, low, high, n = cells.get("all", "all", "depth")  # depth 4 (the maximum) everywhere
     assert (value, high) == (4.0, 4.0) and low == pytest.approx(4 * (1 - u))
     assert _num(cells, "all", "all", "depth") == f"4.00 [{4 * (1 - u):.2f}, 4.00]"
@@ -123,7 +124,7 @@ def test_intervals_are_refused_for_the_chance_table(bench_builder):
 def test_lesion_free_depth_has_the_stage1_accuracy_interval(builders):
     """Lesion-free depth is the 0/1 stage-1 outcome: the same proportion gets one interval
     (the Wilson interval of its count; docs/metrics.md, "Small cells"), 4/14 included."""
-    from chexpercept.analysis.bootstrap import wilson_interval
+    from chexpercept.analysis.bootstrap import wilson_cc_interval
 
     flags = [i < 4 for i in range(14)]
     cells = cell_stats(_table(builders, "a", flags), n_boot=300, seed=0)
@@ -131,7 +132,7 @@ def test_lesion_free_depth_has_the_stage1_accuracy_interval(builders):
         acc = cells.get(lesion, "lesion_free", "e2e:stage1")
         depth = cells.get(lesion, "lesion_free", "depth")
         assert acc == depth
-    low, high = wilson_interval(np.array([4]), np.array([14]))
+    low, high = wilson_cc_interval(np.array([4]), np.array([14]))
     assert cells.get("effusion", "lesion_free", "depth")[1:3] == (low[0], high[0])
 
 

@@ -26,7 +26,7 @@ from chexpercept.analysis.bootstrap import (
     group_matrix,
     masked_values,
     resampled_cells,
-    wilson_interval,
+    wilson_cc_interval,
 )
 from chexpercept.analysis.case_table import METRIC_INDEX, METRICS, STAGE_FIELDS
 from chexpercept.errors import SchemaError
@@ -300,7 +300,7 @@ def test_stratified_bootstrap_equals_the_dense_product(builders):
     binary = big.copy()
     binary[:, d] = False
     k = np.round(stats.value * n)
-    low, high = wilson_interval(k[binary], n[binary])
+    low, high = wilson_cc_interval(k[binary], n[binary])
     assert np.array_equal(stats.ci_low[binary], low)
     assert np.array_equal(stats.ci_high[binary], high)
     assert np.isnan(stats.ci_low[~big]).all() and np.isnan(stats.ci_high[~big]).all()

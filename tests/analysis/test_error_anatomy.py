@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import wilson_cc_interval
 from chexpercept.analysis.error_anatomy import (
     COMPARISON_Q,
     CONTRACTION_Q,
@@ -366,5 +366,5 @@ def test_error_class_rows_of_ten_cases_or_more_get_the_wilson_interval():
     small = _class_row("all", DISTRIBUTION_Q, "zone_count_off_by_one", 1, 9)
     assert np.isnan(small["ci_low"]) and np.isnan(small["ci_high"]) and small["n_cases"] == 9
     big = _class_row("all", DISTRIBUTION_Q, "zone_count_off_by_one", 1, 10)
-    low, high = wilson_interval(np.array([1]), np.array([10]))
+    low, high = wilson_cc_interval(np.array([1]), np.array([10]))
     assert (big["ci_low"], big["ci_high"]) == (low[0], high[0])

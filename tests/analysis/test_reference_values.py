@@ -16,7 +16,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import wilson_cc_interval, wilson_interval
 from chexpercept.analysis.confidence import _pair_wins, auroc_interval, delong_variance
 from chexpercept.analysis.detection import balanced_accuracy_interval
 from chexpercept.analysis.inference import holm, score_test_p, tango_interval, tango_statistic
@@ -33,16 +33,24 @@ def test_wilson_interval_matches_statsmodels():
         np.testing.assert_allclose(high, ref_high, atol=1e-12)
 
 
-@pytest.mark.parametrize(("tp", "fn", "tn", "fp"), [(8, 2, 6, 4), (20, 0, 0, 20), (1, 9, 9, 1),
-                                                     (37, 13, 41, 9), (0, 5, 5, 0)])
-def test_balanced_accuracy_mover_matches_newcombe_hybrid_score(tp, fn, tn, fp):
+@pytest.mark.parametrize(("k", "n", "low", "high"), [(81, 263, 0.2535, 0.3682),
+                                                     (15, 148, 0.0598, 0.1644),
+                                                     (0, 20, 0.0, 0.2005), (1, 29, 0.0018, 0.1963)])
+def test_wilson_cc_interval_matches_newcombe_method_4(k, n, low, high):
+    # Newcombe (1998), Stat Med 17:857, Table II, method 4 (score with continuity correction)
+    lo, hi = wilson_cc_interval(np.array([k]), np.array([n]))
+    assert (lo[0], hi[0]) == (pytest.approx(low, abs=5e-5), pytest.approx(high, abs=5e-5))
+
+
+@pytest.mark.parametrize(("tp", "fn", "fp", "tn", "low", "high"),
+                         [(56, 14, 48, 32, 0.0428, 0.3422), (9, 1, 3, 7, 0.1013, 0.8387)])
+def test_balanced_accuracy_mover_matches_newcombe_method_11(tp, fn, fp, tn, low, high):
     # (se + sp) / 2 = (1 + se - fpr) / 2: the MOVER interval of a sum of two independent
-    # proportions is Newcombe's (1998) hybrid score interval of se - (1 - sp), halved and shifted
-    low, high = balanced_accuracy_interval(tp, fn, tn, fp)
-    ref_low, ref_high = confint_proportions_2indep(tp, tp + fn, fp, tn + fp, method="newcomb",
-                                                   compare="diff", alpha=0.05)
-    assert low == pytest.approx((1 + ref_low) / 2, abs=1e-12)
-    assert high == pytest.approx((1 + ref_high) / 2, abs=1e-12)
+    # proportions is Newcombe's (1998, Stat Med 17:873, Table II) method 11 interval (hybrid
+    # score with continuity correction) of se - fpr, halved and shifted
+    lo, hi = balanced_accuracy_interval(tp, fn, tn, fp)
+    assert lo == pytest.approx((1 + low) / 2, abs=5e-5)
+    assert hi == pytest.approx((1 + high) / 2, abs=5e-5)
 
 
 def _scores(seed: int, m: int, n: int, ties: bool) -> tuple[np.ndarray, np.ndarray]:

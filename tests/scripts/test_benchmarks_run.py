@@ -75,7 +75,7 @@ RUNS: dict[str, Tiny | Elsewhere] = {
         ("--cases", "4", "--concurrency", "4", "--max-new-tokens", "4"),
         '"harness_over_bare_sdk"', needs="vllm"),
     "coverage_auroc.py": Elsewhere("tests/analysis/test_confidence.py"),
-    "coverage_grid.py": Tiny(("--tiny",), "| mover on wilson (before and after) | 91.7 %"),
+    "coverage_grid.py": Tiny(("--tiny",), "| before: mover on wilson | 91.7 %"),
     "coverage_paired.py": Elsewhere("tests/analysis/test_paired_coverage.py"),
     # tests/llm/test_vllm_provider.py runs its main() on a stub vllm; here the real engine
     "gpu_stage_batching.py": Tiny(
