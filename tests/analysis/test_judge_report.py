@@ -135,3 +135,18 @@ def test_report_has_both_scores_and_the_judged_share(runs):
     assert "use the **judged** reading" in judged
     plain = (runs["plain"] / "report.md").read_text(encoding="utf-8")
     assert "## Judge model" not in plain and JUDGE_CSV not in plain
+
+
+def test_audit_agreement_follows_the_one_small_cell_rule_and_interval():
+    # issue 30 item 4: the audit agreement used plain Wilson at every n
+    import math
+
+    import numpy as np
+
+    from chexpercept.analysis.bootstrap import proportion_interval
+    from chexpercept.analysis.judge_report import agreement_interval
+
+    value, low, high = agreement_interval(9, 9)  # below 10 audited: no interval
+    assert value == 1.0 and math.isnan(low) and math.isnan(high)
+    lo, hi = proportion_interval(np.array([18]), np.array([20]))
+    assert agreement_interval(18, 20) == (0.9, float(lo[0]), float(hi[0]))

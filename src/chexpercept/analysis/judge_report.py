@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from chexpercept.analysis.bootstrap import wilson_interval
+from chexpercept.analysis.bootstrap import proportion_interval
 from chexpercept.analysis.release_tables import SETTINGS, RunMetrics
 from utils.status import Status
 
@@ -149,14 +149,15 @@ def judge_counts(data: Mapping[str, Any], key_ids: Sequence[str]
 
 
 def agreement_interval(agreed: int, audited: int) -> tuple[float, float, float]:
-    """Agreement ``agreed / audited`` and its Wilson 95 % interval (NaN for no audit).
+    """Agreement ``agreed / audited`` and its 95 % interval (NaN for no audit).
 
-    The interval is the project's proportion interval (``bootstrap.wilson_interval``;
-    docs/metrics.md, "Bootstrap").
+    The interval is the project's proportion interval (``bootstrap.proportion_interval``:
+    continuity-corrected Wilson, none below 10 audited replies; docs/metrics.md, "Small
+    cells").
     """
     if audited == 0:
         return math.nan, math.nan, math.nan
-    low, high = wilson_interval(np.array([agreed]), np.array([audited]))
+    low, high = proportion_interval(np.array([agreed]), np.array([audited]))
     return agreed / audited, float(low[0]), float(high[0])
 
 
@@ -165,7 +166,7 @@ def judge_rows(summary: JudgeSummary) -> list[dict[str, Any]]:
 
     ``acc`` (per reading, path, setting, stage: the release summary's accuracy), ``depth`` (per
     reading and path), ``share_judged`` (per stage and ``all``: judged of answered questions)
-    and ``audit_agreement`` (with its Wilson interval).
+    and ``audit_agreement`` (with its proportion interval).
     """
     rows: list[dict[str, Any]] = []
     blank = {"k": None, "n": None, "ci_low": None, "ci_high": None}
