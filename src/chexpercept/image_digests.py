@@ -162,7 +162,7 @@ def digest_files(files: Mapping[str, Path]) -> ImageDigests:
         used[where] = [*key, sha]
     if hashed:
         _write_cache(cache_path, used)
-    logger.info("image digests: %d file(s), %d read, %d from the cache %s", len(files), hashed,
+    logger.debug("image digests: %d file(s), %d read, %d from the cache %s", len(files), hashed,
                 len(used) - hashed, cache_path)
     return ImageDigests(combined_digest(out), out)
 
